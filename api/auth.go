@@ -1,0 +1,185 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keysvc/keysvc/store"
+)
+
+// Scopes a token can carry.
+const (
+	ScopeSignAll     = "sign:*"       // sign with every key; "sign:<key name>" for one key
+	ScopeAdminKeys   = "admin:keys"   // create keys, rotate
+	ScopeAdminRevoke = "admin:revoke" // revoke key versions
+	ScopeAuditRead   = "audit:read"   // read the audit trail
+)
+
+// TokenPrefix starts every keysvc API token, so leaked tokens are easy to
+// recognize by secret scanners.
+const TokenPrefix = "ksv_"
+
+// Principal is an authenticated caller.
+type Principal struct {
+	TokenID string
+	Name    string
+	Scopes  []string
+}
+
+// Allows reports whether p holds scope; "sign:*" covers every "sign:<key>".
+func (p Principal) Allows(scope string) bool {
+	for _, s := range p.Scopes {
+		if s == scope || (s == ScopeSignAll && strings.HasPrefix(scope, "sign:")) {
+			return true
+		}
+	}
+	return false
+}
+
+// NewToken returns a fresh random token (shown once) and the record to store:
+// only its SHA-256 is kept. ttl <= 0 means no expiry.
+func NewToken(name string, scopes []string, ttl time.Duration) (secret string, rec store.APIToken, err error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", store.APIToken{}, err
+	}
+	secret = TokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
+	sum := sha256.Sum256([]byte(secret))
+	now := store.Now()
+	rec = store.APIToken{ID: hex.EncodeToString(sum[:6]), Name: name, SHA256: sum[:], Scopes: scopes, CreatedAt: now}
+	if ttl > 0 {
+		exp := now.Add(ttl)
+		rec.ExpiresAt = &exp
+	}
+	return secret, rec, nil
+}
+
+// Authenticator checks bearer tokens against an in-memory copy of the
+// token table (hashes only), refreshed from the store periodically so the
+// request path never queries the database.
+type Authenticator struct {
+	store   store.Store
+	log     *slog.Logger
+	tokens  atomic.Pointer[map[[32]byte]store.APIToken]
+	touchMu sync.Mutex
+	touched map[string]time.Time
+}
+
+// NewAuthenticator returns an Authenticator; call Refresh before use.
+func NewAuthenticator(s store.Store, log *slog.Logger) *Authenticator {
+	a := &Authenticator{store: s, log: log, touched: map[string]time.Time{}}
+	empty := map[[32]byte]store.APIToken{}
+	a.tokens.Store(&empty)
+	return a
+}
+
+// Refresh reloads token hashes from the store.
+func (a *Authenticator) Refresh(ctx context.Context) error {
+	list, err := a.store.ListTokens(ctx)
+	if err != nil {
+		return err
+	}
+	m := make(map[[32]byte]store.APIToken, len(list))
+	for _, t := range list {
+		if len(t.SHA256) != sha256.Size {
+			continue
+		}
+		m[[32]byte(t.SHA256)] = t
+	}
+	a.tokens.Store(&m)
+	return nil
+}
+
+// Usable returns how many tokens are neither revoked nor expired.
+func (a *Authenticator) Usable(now time.Time) int {
+	n := 0
+	for _, t := range *a.tokens.Load() {
+		if t.RevokedAt == nil && (t.ExpiresAt == nil || now.Before(*t.ExpiresAt)) {
+			n++
+		}
+	}
+	return n
+}
+
+// Run refreshes every interval until ctx ends.
+func (a *Authenticator) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := a.Refresh(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("token refresh failed", "err", err)
+			}
+		}
+	}
+}
+
+// authResult classifies a bearer token.
+type authResult int
+
+const (
+	authOK authResult = iota
+	authMissing
+	authInvalid
+)
+
+// Authenticate resolves the Authorization header value.
+func (a *Authenticator) Authenticate(header string, now time.Time) (Principal, authResult) {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if header == "" {
+		return Principal{}, authMissing
+	}
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return Principal{}, authInvalid
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	rec, found := (*a.tokens.Load())[sum]
+	// The map is keyed by the hash; the constant-time comparison makes the
+	// final check independent of how many bytes match.
+	if !found || subtle.ConstantTimeCompare(rec.SHA256, sum[:]) != 1 {
+		return Principal{}, authInvalid
+	}
+	if rec.RevokedAt != nil || (rec.ExpiresAt != nil && !now.Before(*rec.ExpiresAt)) {
+		return Principal{}, authInvalid
+	}
+	a.touch(rec.ID, now)
+	return Principal{TokenID: rec.ID, Name: rec.Name, Scopes: rec.Scopes}, authOK
+}
+
+// touch records last use at most once a minute per token, off the request path.
+func (a *Authenticator) touch(id string, now time.Time) {
+	a.touchMu.Lock()
+	last, seen := a.touched[id]
+	if seen && now.Sub(last) < time.Minute {
+		a.touchMu.Unlock()
+		return
+	}
+	a.touched[id] = now
+	a.touchMu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := a.store.TouchToken(ctx, id, now.UTC().Truncate(store.Precision)); err != nil {
+			a.log.Debug("token last-used update failed", "token_id", id, "err", err)
+		}
+	}()
+}
+
+// FormatScopes renders scopes for messages.
+func FormatScopes(s []string) string { return fmt.Sprintf("%q", s) }
+
+// TokenHash returns the SHA-256 under which a token secret is stored.
+func TokenHash(secret string) [32]byte { return sha256.Sum256([]byte(strings.TrimSpace(secret))) }

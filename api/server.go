@@ -1,0 +1,499 @@
+// Package api is keysvc's HTTP surface, built on echo: the public
+// endpoints (JWKS, health), the signing API and the admin API. Handlers
+// translate HTTP to package rotation and signer calls; the signing path
+// reads only the in-memory Keyring.
+//
+// Every error is JSON {"error":{"code":"...","message":"..."}} with a
+// stable code (see the Code* constants) and the matching HTTP status.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+	"github.com/labstack/echo/v4"
+
+	"github.com/keysvc/keysvc/internal/strictjson"
+	"github.com/keysvc/keysvc/jwksserve"
+	"github.com/keysvc/keysvc/rotation"
+	"github.com/keysvc/keysvc/signer"
+	"github.com/keysvc/keysvc/store"
+)
+
+// Stable error codes of the HTTP API (besides the strictjson.Code* codes
+// for malformed bodies).
+const (
+	CodeUnauthorized         = "unauthorized"           // 401: no or unknown/expired/revoked token
+	CodeForbidden            = "forbidden"              // 403: token lacks the scope
+	CodeNotFound             = "not_found"              // 404: no such route
+	CodeKeyNotFound          = "key_not_found"          // 404: no such key
+	CodeMethodNotAllowed     = "method_not_allowed"     // 405
+	CodeUnsupportedMediaType = "unsupported_media_type" // 415: body is not application/json
+	CodeBodyTooLarge         = "body_too_large"         // 413
+	CodeInvalidRequest       = "invalid_request"        // 400: a field has a bad value
+	CodeArgumentKeyCollision = "argument_key_collision" // 400: camelCase/snake_case keys collide
+	CodeKeyExists            = "key_exists"             // 409
+	CodeNoActiveVersion      = "no_active_version"      // 503: key cannot sign right now
+	CodeBackendUnavailable   = "backend_unavailable"    // 503
+	CodeInternal             = "internal"               // 500: details only in the server log
+)
+
+// Config configures a Server.
+type Config struct {
+	Manager      *rotation.Manager
+	Auth         *Authenticator
+	Store        store.Store
+	Logger       *slog.Logger
+	MaxBodyBytes int64         // default 64 KiB
+	MaxValidFor  time.Duration // upper bound of valid_for; default 24h
+	DefaultValid time.Duration // valid_for when absent; default 1h
+	Now          func() time.Time
+}
+
+// Server serves the API.
+type Server struct {
+	cfg  Config
+	echo *echo.Echo
+}
+
+// New builds the echo router with every route.
+func New(cfg Config) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 64 << 10
+	}
+	if cfg.MaxValidFor <= 0 {
+		cfg.MaxValidFor = 24 * time.Hour
+	}
+	if cfg.DefaultValid <= 0 {
+		cfg.DefaultValid = time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = errorHandler(cfg.Logger)
+	s := &Server{cfg: cfg, echo: e}
+
+	// Public: no auth, cacheable, served from memory.
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/.well-known/jwks.json", s.defaultJWKS)
+	e.HEAD("/.well-known/jwks.json", s.defaultJWKS)
+	e.GET("/v1/keys/:name/jwks.json", s.keyJWKS)
+	e.HEAD("/v1/keys/:name/jwks.json", s.keyJWKS)
+
+	// Signing API.
+	e.POST("/v1/keys/:name/sign", s.sign, s.requireKeyScope("sign:"))
+	e.POST("/v1/keys/:name/mcp-transport", s.mcpTransport, s.requireKeyScope("sign:"))
+	e.POST("/v1/digests/mcp-arguments", s.digestArguments, s.requireAnyToken())
+	e.POST("/v1/digests/sep2828", s.digestSEP2828, s.requireAnyToken())
+
+	// Admin API.
+	e.GET("/v1/keys", s.listKeys, s.requireScope(ScopeAdminKeys))
+	e.POST("/v1/keys", s.createKey, s.requireScope(ScopeAdminKeys))
+	e.GET("/v1/keys/:name/versions", s.listVersions, s.requireScope(ScopeAdminKeys))
+	e.POST("/v1/keys/:name/rotate", s.rotate, s.requireScope(ScopeAdminKeys))
+	return s
+}
+
+// Handler returns the http.Handler.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// apiError is an error with an HTTP status and stable code.
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+func fail(status int, code, format string, a ...any) *apiError {
+	return &apiError{Status: status, Code: code, Message: fmt.Sprintf(format, a...)}
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(c echo.Context, e *apiError) error {
+	var b errorBody
+	b.Error.Code, b.Error.Message = e.Code, e.Message
+	if e.Status == http.StatusUnauthorized {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="keysvc"`)
+	}
+	return c.JSON(e.Status, b)
+}
+
+// errorHandler maps every error to the JSON error shape. Unexpected errors
+// are logged with the request path and answered as "internal" without detail.
+func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		var ae *apiError
+		var he *echo.HTTPError
+		switch {
+		case errors.As(err, &ae):
+		case errors.As(err, &he):
+			switch he.Code {
+			case http.StatusNotFound:
+				ae = fail(http.StatusNotFound, CodeNotFound, "no route for %s %s", c.Request().Method, c.Request().URL.Path)
+			case http.StatusMethodNotAllowed:
+				ae = fail(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method %s not allowed here", c.Request().Method)
+			case http.StatusRequestEntityTooLarge:
+				ae = fail(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body too large")
+			default:
+				ae = fail(he.Code, strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "_"), "%s", http.StatusText(he.Code))
+			}
+		default:
+			log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+			ae = fail(http.StatusInternalServerError, CodeInternal, "internal error")
+		}
+		if err := writeError(c, ae); err != nil {
+			log.Debug("writing error response failed", "err", err)
+		}
+	}
+}
+
+const principalKey = "keysvc.principal"
+
+func principal(c echo.Context) Principal {
+	p, _ := c.Get(principalKey).(Principal)
+	return p
+}
+
+func (s *Server) authenticate(c echo.Context) (Principal, error) {
+	p, res := s.cfg.Auth.Authenticate(c.Request().Header.Get(echo.HeaderAuthorization), s.cfg.Now())
+	switch res {
+	case authMissing:
+		return p, fail(http.StatusUnauthorized, CodeUnauthorized, "missing bearer token")
+	case authInvalid:
+		return p, fail(http.StatusUnauthorized, CodeUnauthorized, "invalid, expired or revoked bearer token")
+	}
+	c.Set(principalKey, p)
+	return p, nil
+}
+
+func (s *Server) requireScope(scope string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			p, err := s.authenticate(c)
+			if err != nil {
+				return err
+			}
+			if !p.Allows(scope) {
+				return fail(http.StatusForbidden, CodeForbidden, "token lacks scope %s", scope)
+			}
+			return next(c)
+		}
+	}
+}
+
+// requireKeyScope requires "<prefix><key name>" (e.g. "sign:villa").
+func (s *Server) requireKeyScope(prefix string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			p, err := s.authenticate(c)
+			if err != nil {
+				return err
+			}
+			if scope := prefix + c.Param("name"); !p.Allows(scope) {
+				return fail(http.StatusForbidden, CodeForbidden, "token lacks scope %s", scope)
+			}
+			return next(c)
+		}
+	}
+}
+
+func (s *Server) requireAnyToken() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if _, err := s.authenticate(c); err != nil {
+				return err
+			}
+			return next(c)
+		}
+	}
+}
+
+// decodeBody enforces Content-Type application/json, the body size limit
+// and strict JSON, then decodes into v.
+func (s *Server) decodeBody(c echo.Context, v any) error {
+	req := c.Request()
+	mt, params, err := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
+	if err != nil || mt != "application/json" {
+		return fail(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type must be application/json")
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return fail(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "charset must be utf-8")
+	}
+	if req.ContentLength > s.cfg.MaxBodyBytes {
+		return fail(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
+	}
+	body, err := io.ReadAll(io.LimitReader(req.Body, s.cfg.MaxBodyBytes+1))
+	if err != nil {
+		return fail(http.StatusBadRequest, strictjson.CodeInvalidJSON, "reading request body failed")
+	}
+	if int64(len(body)) > s.cfg.MaxBodyBytes {
+		return fail(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
+	}
+	if err := strictjson.Decode(body, v, strictjson.Limits{}); err != nil {
+		return jsonError(err)
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var se *strictjson.Error
+	if errors.As(err, &se) {
+		return fail(http.StatusBadRequest, se.Code, "%s", se.Message)
+	}
+	return err
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz is ready when the store answers within 2 s and every key has an
+// active version loaded.
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if _, err := s.cfg.Store.ListKeys(ctx); err != nil {
+		s.cfg.Logger.Warn("readiness: store unreachable", "err", err)
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready", "reason": "store unreachable"})
+	}
+	ring := s.cfg.Manager.Keyring()
+	for _, name := range ring.SortedNames() {
+		if ring.Keys[name].Active == nil {
+			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready", "reason": "key " + name + " has no active version"})
+		}
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) entry(name string) (*rotation.KeyEntry, error) {
+	if e, ok := s.cfg.Manager.Keyring().Keys[name]; ok {
+		return e, nil
+	}
+	return nil, fail(http.StatusNotFound, CodeKeyNotFound, "no key named %q", name)
+}
+
+func (s *Server) defaultJWKS(c echo.Context) error {
+	ring := s.cfg.Manager.Keyring()
+	e, ok := ring.Keys[ring.Default]
+	if !ok {
+		return fail(http.StatusNotFound, CodeKeyNotFound, "no default key configured yet")
+	}
+	jwksserve.Serve(c.Response(), c.Request(), e.JWKS)
+	return nil
+}
+
+func (s *Server) keyJWKS(c echo.Context) error {
+	e, err := s.entry(c.Param("name"))
+	if err != nil {
+		return err
+	}
+	jwksserve.Serve(c.Response(), c.Request(), e.JWKS)
+	return nil
+}
+
+// signRequest is the body of POST /v1/keys/{name}/sign.
+type signRequest struct {
+	Payload jsontext.Value `json:"payload"` // any JSON object; signed as its RFC 8785 bytes
+	Typ     string         `json:"typ,omitempty"`
+}
+
+// SignResponse is the answer of POST /v1/keys/{name}/sign.
+type SignResponse struct {
+	JWS string `json:"jws"`
+	KID string `json:"kid"`
+	Alg string `json:"alg"`
+}
+
+func (s *Server) activeSigner(name string) (*rotation.KeyEntry, *signer.JWSSigner, error) {
+	e, err := s.entry(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if e.Active == nil {
+		return nil, nil, fail(http.StatusServiceUnavailable, CodeNoActiveVersion, "key %q has no active version", name)
+	}
+	return e, e.Active, nil
+}
+
+func (s *Server) sign(c echo.Context) error {
+	_, sg, err := s.activeSigner(c.Param("name"))
+	if err != nil {
+		return err
+	}
+	var req signRequest
+	if err := s.decodeBody(c, &req); err != nil {
+		return err
+	}
+	if len(req.Payload) == 0 || req.Payload.Kind() != '{' {
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "payload must be a JSON object")
+	}
+	canon, err := signer.Canonicalize(req.Payload)
+	if err != nil {
+		return jsonError(err)
+	}
+	jws, err := sg.Sign(canon, req.Typ)
+	if err != nil {
+		if strings.Contains(err.Error(), "typ") {
+			return fail(http.StatusBadRequest, CodeInvalidRequest, "typ must be printable ASCII, at most 64 bytes")
+		}
+		return err
+	}
+	return c.JSON(http.StatusOK, SignResponse{JWS: jws, KID: sg.KID(), Alg: sg.Alg()})
+}
+
+// transportRequest is the body of POST /v1/keys/{name}/mcp-transport.
+type transportRequest struct {
+	Tool      string         `json:"tool"`
+	Arguments jsontext.Value `json:"arguments"`
+	ServedAt  string         `json:"served_at,omitempty"`  // RFC 3339; default: now
+	OfferRef  string         `json:"offer_ref,omitempty"`  // optional assertion member
+	SessionID string         `json:"session_id,omitempty"` // optional assertion member
+	Ref       string         `json:"ref,omitempty"`        // attestation ref; default offer_ref
+	ValidFor  string         `json:"valid_for,omitempty"`  // Go duration, e.g. "1h"; default 1h
+}
+
+// Attestation is a VRP receipt v1 attestation entry.
+type Attestation struct {
+	Layer      string `json:"layer"`
+	Source     string `json:"source"`
+	Signature  string `json:"signature"`
+	Ref        string `json:"ref,omitempty"`
+	ValidFrom  string `json:"valid_from"`
+	ValidUntil string `json:"valid_until"`
+}
+
+// TransportResponse is the answer of POST /v1/keys/{name}/mcp-transport.
+type TransportResponse struct {
+	Assertion   signer.TransportAssertion `json:"assertion"`
+	JWS         string                    `json:"jws"`
+	KID         string                    `json:"kid"`
+	Attestation Attestation               `json:"attestation"`
+}
+
+func (s *Server) mcpTransport(c echo.Context) error {
+	e, sg, err := s.activeSigner(c.Param("name"))
+	if err != nil {
+		return err
+	}
+	var req transportRequest
+	if err := s.decodeBody(c, &req); err != nil {
+		return err
+	}
+	if req.Tool == "" {
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "tool is required")
+	}
+	if len(req.Arguments) == 0 {
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "arguments is required (use {} for none)")
+	}
+	served := s.cfg.Now().UTC().Truncate(time.Second)
+	if req.ServedAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, req.ServedAt)
+		if err != nil {
+			return fail(http.StatusBadRequest, CodeInvalidRequest, "served_at must be an RFC 3339 date-time")
+		}
+		served = t.UTC()
+	}
+	validFor := s.cfg.DefaultValid
+	if req.ValidFor != "" {
+		d, err := time.ParseDuration(req.ValidFor)
+		if err != nil || d <= 0 || d > s.cfg.MaxValidFor {
+			return fail(http.StatusBadRequest, CodeInvalidRequest, "valid_for must be a duration between 1s and %s, e.g. \"1h\"", s.cfg.MaxValidFor)
+		}
+		validFor = d
+	}
+	assertion, payload, err := signer.BuildTransportAssertion(signer.TransportCall{
+		Tool: req.Tool, Arguments: []byte(req.Arguments), ServedAt: served,
+		Issuer: e.Key.Issuer, OfferRef: req.OfferRef, SessionID: req.SessionID,
+	})
+	switch {
+	case errors.Is(err, signer.ErrArgumentKeyCollision):
+		return fail(http.StatusBadRequest, CodeArgumentKeyCollision, "%s", strings.TrimPrefix(err.Error(), "signer: "))
+	case errors.Is(err, signer.ErrArgumentsNotObject):
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "arguments must be a JSON object")
+	case err != nil:
+		var se *strictjson.Error
+		if errors.As(err, &se) {
+			return fail(http.StatusBadRequest, se.Code, "arguments: %s", se.Message)
+		}
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", strings.TrimPrefix(err.Error(), "signer: "))
+	}
+	jws, err := sg.Sign(payload, signer.TransportJWSTyp)
+	if err != nil {
+		return err
+	}
+	ref := req.Ref
+	if ref == "" {
+		ref = req.OfferRef
+	}
+	return c.JSON(http.StatusOK, TransportResponse{
+		Assertion: assertion, JWS: jws, KID: sg.KID(),
+		Attestation: Attestation{
+			Layer: signer.LayerTransport, Source: e.Key.JWKSURL, Signature: jws, Ref: ref,
+			ValidFrom: signer.FormatInstant(served), ValidUntil: signer.FormatInstant(served.Add(validFor)),
+		},
+	})
+}
+
+func (s *Server) digestArguments(c echo.Context) error {
+	var req struct {
+		Arguments jsontext.Value `json:"arguments"`
+	}
+	if err := s.decodeBody(c, &req); err != nil {
+		return err
+	}
+	digest, canon, err := signer.ArgumentsSHA256(req.Arguments)
+	if err != nil {
+		if errors.Is(err, signer.ErrArgumentKeyCollision) {
+			return fail(http.StatusBadRequest, CodeArgumentKeyCollision, "%s", strings.TrimPrefix(err.Error(), "signer: "))
+		}
+		var se *strictjson.Error
+		if errors.As(err, &se) {
+			return fail(http.StatusBadRequest, se.Code, "arguments: %s", se.Message)
+		}
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "arguments must be a JSON object")
+	}
+	return c.JSON(http.StatusOK, map[string]string{"arguments_sha256": digest, "canonical": string(canon)})
+}
+
+func (s *Server) digestSEP2828(c echo.Context) error {
+	var req struct {
+		Params jsontext.Value `json:"params"`
+	}
+	if err := s.decodeBody(c, &req); err != nil {
+		return err
+	}
+	canon, digest, err := signer.ProjectSEP2828(req.Params)
+	if err != nil {
+		var se *strictjson.Error
+		if errors.As(err, &se) {
+			return fail(http.StatusBadRequest, se.Code, "params: %s", se.Message)
+		}
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", strings.TrimPrefix(err.Error(), "signer: "))
+	}
+	return c.JSON(http.StatusOK, map[string]string{"digest": digest, "canonical": string(canon)})
+}

@@ -1,0 +1,236 @@
+// Package client is a Go client for keysvc's HTTP API, used by the admin
+// CLI and by the tests, so the API is exercised the way users exercise it.
+// Errors from the server are *Error values carrying the stable error code.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Client talks to one keysvc server.
+type Client struct {
+	BaseURL string       // e.g. "http://127.0.0.1:8080"
+	Token   string       // bearer token
+	HTTP    *http.Client // defaults to a client with a 30 s timeout
+}
+
+// New returns a Client for baseURL authenticating with token.
+func New(baseURL, token string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// Error is an API error: the HTTP status and the server's stable code.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("keysvc: %s (HTTP %d): %s", e.Code, e.Status, e.Message)
+}
+
+// Do sends method path with body (marshalled as JSON when not nil) and
+// decodes a 2xx response into out (when not nil).
+func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var eb struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
+			return &Error{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(data))}
+		}
+		return &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message}
+	}
+	if out == nil {
+		return nil
+	}
+	if raw, ok := out.(*[]byte); ok {
+		*raw = data
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+// Key is a key as listed by the admin API.
+type Key struct {
+	Name      string    `json:"name"`
+	Issuer    string    `json:"issuer"`
+	Algorithm string    `json:"algorithm"`
+	Backend   string    `json:"backend"`
+	JWKSURL   string    `json:"jwks_url"`
+	ActiveKID string    `json:"active_kid"`
+	Versions  int       `json:"versions"`
+	CreatedAt time.Time `json:"created_at"`
+	CreatedBy string    `json:"created_by"`
+	Default   bool      `json:"default"`
+}
+
+// Version is a key version with its lifecycle members.
+type Version struct {
+	KID           string    `json:"kid"`
+	Kty           string    `json:"kty"`
+	Crv           string    `json:"crv"`
+	X             string    `json:"x"`
+	Y             string    `json:"y,omitempty"`
+	Alg           string    `json:"alg"`
+	Status        string    `json:"vrp_key_status"`
+	NotBefore     string    `json:"vrp_not_before,omitempty"`
+	NotAfter      string    `json:"vrp_not_after,omitempty"`
+	CompromisedAt string    `json:"vrp_compromised_at,omitempty"`
+	BackendRef    string    `json:"backend_ref"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// CreateKeyRequest is the body of CreateKey.
+type CreateKeyRequest struct {
+	Name      string `json:"name"`
+	Issuer    string `json:"issuer"`
+	Algorithm string `json:"algorithm,omitempty"`
+	Backend   string `json:"backend,omitempty"`
+	JWKSURL   string `json:"jwks_url,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// CreateKey creates a key with its first active version.
+func (c *Client) CreateKey(ctx context.Context, req CreateKeyRequest) (Key, Version, error) {
+	var out struct {
+		Key     Key     `json:"key"`
+		Version Version `json:"version"`
+	}
+	err := c.Do(ctx, http.MethodPost, "/v1/keys", req, &out)
+	return out.Key, out.Version, err
+}
+
+// ListKeys lists every key.
+func (c *Client) ListKeys(ctx context.Context) ([]Key, error) {
+	var out struct {
+		Keys []Key `json:"keys"`
+	}
+	err := c.Do(ctx, http.MethodGet, "/v1/keys", nil, &out)
+	return out.Keys, err
+}
+
+// Versions lists a key's versions, oldest first.
+func (c *Client) Versions(ctx context.Context, name string) ([]Version, error) {
+	var out struct {
+		Versions []Version `json:"versions"`
+	}
+	err := c.Do(ctx, http.MethodGet, "/v1/keys/"+url.PathEscape(name)+"/versions", nil, &out)
+	return out.Versions, err
+}
+
+// Rotate retires the active version and activates a new one now.
+func (c *Client) Rotate(ctx context.Context, name, reason string) (active, retired Version, err error) {
+	var out struct {
+		Active  Version `json:"active"`
+		Retired Version `json:"retired"`
+	}
+	err = c.Do(ctx, http.MethodPost, "/v1/keys/"+url.PathEscape(name)+"/rotate", map[string]string{"reason": reason}, &out)
+	return out.Active, out.Retired, err
+}
+
+// SignResult is the result of Sign.
+type SignResult struct {
+	JWS string `json:"jws"`
+	KID string `json:"kid"`
+	Alg string `json:"alg"`
+}
+
+// Sign signs a JSON object payload (its RFC 8785 bytes) as a compact JWS.
+func (c *Client) Sign(ctx context.Context, name string, payload any, typ string) (SignResult, error) {
+	var out SignResult
+	body := map[string]any{"payload": payload}
+	if typ != "" {
+		body["typ"] = typ
+	}
+	err := c.Do(ctx, http.MethodPost, "/v1/keys/"+url.PathEscape(name)+"/sign", body, &out)
+	return out, err
+}
+
+// TransportRequest is the body of MCPTransport.
+type TransportRequest struct {
+	Tool      string         `json:"tool"`
+	Arguments map[string]any `json:"arguments"`
+	ServedAt  string         `json:"served_at,omitempty"`
+	OfferRef  string         `json:"offer_ref,omitempty"`
+	SessionID string         `json:"session_id,omitempty"`
+	Ref       string         `json:"ref,omitempty"`
+	ValidFor  string         `json:"valid_for,omitempty"`
+}
+
+// Attestation is a VRP receipt v1 attestation entry.
+type Attestation struct {
+	Layer      string `json:"layer"`
+	Source     string `json:"source"`
+	Signature  string `json:"signature"`
+	Ref        string `json:"ref,omitempty"`
+	ValidFrom  string `json:"valid_from"`
+	ValidUntil string `json:"valid_until"`
+}
+
+// TransportResult is the result of MCPTransport.
+type TransportResult struct {
+	Assertion   map[string]any `json:"assertion"`
+	JWS         string         `json:"jws"`
+	KID         string         `json:"kid"`
+	Attestation Attestation    `json:"attestation"`
+}
+
+// MCPTransport builds and signs a VRP MCP transport assertion.
+func (c *Client) MCPTransport(ctx context.Context, name string, req TransportRequest) (TransportResult, error) {
+	var out TransportResult
+	err := c.Do(ctx, http.MethodPost, "/v1/keys/"+url.PathEscape(name)+"/mcp-transport", req, &out)
+	return out, err
+}
+
+// JWKS fetches a key's JWKS document bytes ("" name: the default key's
+// /.well-known/jwks.json).
+func (c *Client) JWKS(ctx context.Context, name string) ([]byte, error) {
+	path := "/.well-known/jwks.json"
+	if name != "" {
+		path = "/v1/keys/" + url.PathEscape(name) + "/jwks.json"
+	}
+	var raw []byte
+	err := c.Do(ctx, http.MethodGet, path, nil, &raw)
+	return raw, err
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keysvc/keysvc/api"
+	"github.com/keysvc/keysvc/backends"
+	"github.com/keysvc/keysvc/backends/software"
+	"github.com/keysvc/keysvc/client"
+	"github.com/keysvc/keysvc/rotation"
+	"github.com/keysvc/keysvc/store"
+)
+
+const (
+	devTokenFile = "dev-token"
+	devKeyName   = "dev"
+)
+
+func init() { extraCommands = append(extraCommands, newServeCmd) }
+
+type serveOptions struct {
+	store        storeFlags
+	listen       string
+	kekFile      string
+	dev          bool
+	devIssuer    string
+	migrate      bool
+	defaultKey   string
+	reloadEvery  time.Duration
+	maxBodyBytes int64
+}
+
+func newServeCmd() *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the keysvc HTTP service (public JWKS, signing API, admin API)",
+		Long: `Run the keysvc HTTP service.
+
+Key history is PostgreSQL when --postgres-url (KEYSVC_POSTGRES_URL) is set,
+otherwise an embedded SQLite file in --data-dir.
+
+--dev is for a first run on one machine: it creates a key-encryption key
+(mode 0600) and a dev API token in --data-dir if missing, creates a key
+named "dev" if there is no key yet, and signs a sample VRP MCP transport
+assertion through its own HTTP API once it is listening.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), cmd.OutOrStdout()) },
+	}
+	o.store.register(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", envOr("KEYSVC_LISTEN", "127.0.0.1:8080"), "address to listen on (env KEYSVC_LISTEN)")
+	f.StringVar(&o.kekFile, "kek-file", envOr("KEYSVC_KEK_FILE", ""), "software backend key-encryption key file, base64 of 32 bytes, mode 0600 (env KEYSVC_KEK_FILE); default <data-dir>/kek")
+	f.BoolVar(&o.dev, "dev", false, "development mode: create the KEK, a dev token and a dev key if missing")
+	f.StringVar(&o.devIssuer, "dev-issuer", envOr("KEYSVC_DEV_ISSUER", "localhost"), "issuer of the dev key created by --dev")
+	f.BoolVar(&o.migrate, "migrate", envOr("KEYSVC_MIGRATE_ON_START", "true") == "true", "apply database migrations at start (env KEYSVC_MIGRATE_ON_START)")
+	f.StringVar(&o.defaultKey, "default-key", envOr("KEYSVC_DEFAULT_KEY", ""), "key served at /.well-known/jwks.json (env KEYSVC_DEFAULT_KEY); default: the oldest key")
+	f.DurationVar(&o.reloadEvery, "reload-interval", 5*time.Second, "how often to re-read key history and tokens written by other processes")
+	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 64<<10, "largest accepted request body")
+	return cmd
+}
+
+func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if err := os.MkdirAll(o.store.dataDir, 0o700); err != nil {
+		return err
+	}
+	kekFile := o.kekFile
+	if kekFile == "" {
+		kekFile = filepath.Join(o.store.dataDir, "kek")
+	}
+	if o.dev {
+		if _, err := os.Stat(kekFile); errors.Is(err, os.ErrNotExist) {
+			if err := software.CreateKEKFile(kekFile); err != nil {
+				return err
+			}
+			log.Warn("dev mode: created a new key-encryption key; back it up — sealed keys cannot be opened without it", "kek_file", kekFile)
+		}
+	}
+	kek, err := software.ReadKEKFile(kekFile)
+	if err != nil {
+		return err
+	}
+	soft, err := software.New(kek)
+	clear(kek)
+	if err != nil {
+		return err
+	}
+
+	st, err := o.store.open(ctx, o.migrate)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	mgr := rotation.New(rotation.Config{Store: st, Backends: []backends.Backend{soft}, DefaultKey: o.defaultKey, Logger: log})
+	if err := mgr.Reload(ctx); err != nil {
+		return fmt.Errorf("loading key history: %w", err)
+	}
+	auth := api.NewAuthenticator(st, log)
+	var devToken string
+	if o.dev {
+		if devToken, err = ensureDevToken(ctx, st, filepath.Join(o.store.dataDir, devTokenFile)); err != nil {
+			return err
+		}
+	}
+	if err := auth.Refresh(ctx); err != nil {
+		return err
+	}
+	if auth.Usable(time.Now()) == 0 {
+		return errors.New("no usable API token: create one with `keysvc tokens create --name NAME --scope sign:* --scope admin:keys`, or run with --dev on a development machine")
+	}
+	if o.dev && len(mgr.Keyring().Keys) == 0 {
+		if _, _, err := mgr.CreateKey(ctx, rotation.CreateKeyRequest{Name: devKeyName, Issuer: o.devIssuer}, rotation.Actor{Name: "keysvc --dev", Reason: "dev mode first run"}); err != nil {
+			return fmt.Errorf("creating the dev key: %w", err)
+		}
+	}
+
+	srv := &http.Server{
+		Handler:           api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes}).Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	log.Info("listening", "addr", addr, "store", o.store.describe(), "keys", len(mgr.Keyring().Keys), "dev", o.dev)
+
+	go auth.Run(ctx, o.reloadEvery)
+	go reloadLoop(ctx, mgr, log, o.reloadEvery)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	if o.dev {
+		if err := devDemo(ctx, stdout, "http://"+addr, devToken, mgr.Keyring().Default, filepath.Join(o.store.dataDir, devTokenFile)); err != nil {
+			log.Warn("dev demo signature failed", "err", err)
+		}
+	}
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdownCtx)
+}
+
+func reloadLoop(ctx context.Context, mgr *rotation.Manager, log *slog.Logger, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := mgr.Reload(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("key history reload failed", "err", err)
+			}
+		}
+	}
+}
+
+// ensureDevToken returns the dev token stored in path (mode 0600), creating
+// it and its hash in key history when missing.
+func ensureDevToken(ctx context.Context, st store.Store, path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		tok := strings.TrimSpace(string(b))
+		if known, err := tokenKnown(ctx, st, tok); err != nil || known {
+			return tok, err
+		}
+		// The database was reset: register the same token again.
+		return tok, insertToken(ctx, st, tok)
+	}
+	tok, rec, err := api.NewToken("dev", devScopes, 0)
+	if err != nil {
+		return "", err
+	}
+	if err := st.InTx(ctx, func(tx store.Tx) error { return tx.InsertToken(ctx, rec) }); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return tok, nil
+}
+
+var devScopes = []string{api.ScopeSignAll, api.ScopeAdminKeys, api.ScopeAdminRevoke, api.ScopeAuditRead}
+
+func tokenKnown(ctx context.Context, st store.Store, tok string) (bool, error) {
+	list, err := st.ListTokens(ctx)
+	if err != nil {
+		return false, err
+	}
+	h := api.TokenHash(tok)
+	for _, t := range list {
+		if string(t.SHA256) == string(h[:]) && t.RevokedAt == nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func insertToken(ctx context.Context, st store.Store, tok string) error {
+	h := api.TokenHash(tok)
+	rec := store.APIToken{ID: fmt.Sprintf("%x", h[:6]), Name: "dev", SHA256: h[:], Scopes: devScopes, CreatedAt: store.Now()}
+	return st.InTx(ctx, func(tx store.Tx) error { return tx.InsertToken(ctx, rec) })
+}
+
+// devDemo signs a sample transport assertion through the service's own
+// HTTP API and prints it, with the commands to do the same by hand.
+func devDemo(ctx context.Context, w io.Writer, base, token, key, tokenPath string) error {
+	if key == "" {
+		return errors.New("no key")
+	}
+	c := client.New(base, token)
+	res, err := c.MCPTransport(ctx, key, client.TransportRequest{
+		Tool:      "get_verified_stay_offer",
+		Arguments: map[string]any{"checkIn": "2026-09-02", "checkOut": "2026-09-05", "guests": 2},
+		OfferRef:  "offer:example:2026-09-02/05",
+	})
+	if err != nil {
+		return err
+	}
+	att, _ := json.MarshalIndent(res.Attestation, "  ", "  ")
+	fmt.Fprintf(w, `keysvc is running (dev mode) on %s
+
+Signed a VRP MCP transport assertion with key %q (kid %s):
+
+  %s
+
+Receipt attestation:
+  %s
+
+Try it yourself:
+  export KEYSVC_TOKEN=$(cat %s)
+  curl -s -H "Authorization: Bearer $KEYSVC_TOKEN" -H 'Content-Type: application/json' \
+    -d '{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02","guests":2}}' \
+    %s/v1/keys/%s/mcp-transport
+  curl -s %s/.well-known/jwks.json
+
+Press Ctrl-C to stop.
+`, base, key, res.KID, res.JWS, att, tokenPath, base, key, base)
+	return nil
+}

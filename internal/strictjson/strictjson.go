@@ -1,0 +1,164 @@
+// Package strictjson is keysvc's one JSON decoder for untrusted input. It
+// refuses, each with its own stable code, everything an ordinary decoder
+// would silently accept or guess at: duplicate object member names,
+// invalid UTF-8 and lone surrogate escapes (I-JSON, RFC 7493 §2.1, §2.3),
+// trailing data after the value, nesting beyond a limit, members a target
+// struct does not declare, and — where hashed — numbers outside the I-JSON
+// exact-integer range (RFC 7493 §2.2).
+//
+// Syntax and semantics come from encoding/json/v2 (the
+// github.com/go-json-experiment/json mirror), which rejects duplicate names
+// and invalid UTF-8 by default.
+package strictjson
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// Stable error codes (also used verbatim in HTTP error responses).
+const (
+	CodeInvalidJSON    = "invalid_json"        // not JSON at all, or truncated
+	CodeDuplicateKey   = "duplicate_key"       // an object repeats a member name
+	CodeInvalidUTF8    = "invalid_utf8"        // invalid UTF-8 or a lone surrogate escape
+	CodeTrailingData   = "trailing_data"       // bytes after the top-level value
+	CodeTooDeep        = "nesting_too_deep"    // nesting beyond Limits.MaxDepth
+	CodeUnknownField   = "unknown_field"       // a member the target does not declare
+	CodeInvalidField   = "invalid_field"       // a member of the wrong JSON type
+	CodeNumberTooLarge = "number_out_of_range" // outside ±(2^53−1) or not finite
+	CodeEmptyBody      = "empty_body"          // no bytes at all
+)
+
+// Error is a decoding failure with a stable Code and a message that names
+// the place (a JSON Pointer, RFC 6901) but never echoes input values.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Limits bound what Decode accepts.
+type Limits struct {
+	MaxDepth int // maximum nesting of arrays and objects; 0 means 32
+	// SafeNumbers rejects integer literals beyond ±(2^53−1), which an IEEE
+	// 754 double cannot hold exactly, and numbers that overflow a double
+	// (1e400). Literals with a fraction or exponent are floats by intent
+	// and are serialized per RFC 8785 §3.2.2.3. Set it for
+	// anything that is canonicalized (RFC 8785 §3.2.2.3) and hashed.
+	SafeNumbers bool
+}
+
+const defaultMaxDepth = 32
+
+// maxSafeInteger is 2^53−1, the I-JSON exact integer limit (RFC 7493 §2.2).
+const maxSafeInteger = 1<<53 - 1
+
+// Check validates data as exactly one strict JSON value (see package doc).
+func Check(data []byte, lim Limits) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return &Error{CodeEmptyBody, "request body is empty; a JSON value is required"}
+	}
+	if !utf8.Valid(data) {
+		return &Error{CodeInvalidUTF8, "body is not valid UTF-8"}
+	}
+	maxDepth := lim.MaxDepth
+	if maxDepth <= 0 {
+		maxDepth = defaultMaxDepth
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return classify(err, dec)
+		}
+		if dec.StackDepth() > maxDepth {
+			return &Error{CodeTooDeep, fmt.Sprintf("JSON nesting deeper than %d at %s", maxDepth, pointer(dec))}
+		}
+		if lim.SafeNumbers && tok.Kind() == '0' {
+			if err := checkNumber(tok.String()); err != nil {
+				return &Error{CodeNumberTooLarge, fmt.Sprintf("number at %s %s", pointer(dec), err)}
+			}
+		}
+		if dec.StackDepth() == 0 {
+			break
+		}
+	}
+	// Exactly one value: anything but whitespace after it is refused.
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return &Error{CodeTrailingData, "unexpected data after the JSON value"}
+	}
+	return nil
+}
+
+// Decode checks data (see Check) and unmarshals it into v, refusing members
+// that v's struct types do not declare.
+func Decode(data []byte, v any, lim Limits) error {
+	if err := Check(data, lim); err != nil {
+		return err
+	}
+	err := json.Unmarshal(data, v, json.RejectUnknownMembers(true))
+	if err == nil {
+		return nil
+	}
+	var se *json.SemanticError
+	if errors.As(err, &se) {
+		where := string(se.JSONPointer)
+		if where == "" {
+			where = "/"
+		}
+		if errors.Is(se.Err, json.ErrUnknownName) {
+			return &Error{CodeUnknownField, fmt.Sprintf("unknown field %s", where)}
+		}
+		return &Error{CodeInvalidField, fmt.Sprintf("field %s has the wrong type or value", where)}
+	}
+	return &Error{CodeInvalidJSON, "body is not valid JSON"}
+}
+
+func pointer(dec *jsontext.Decoder) string {
+	p := string(dec.StackPointer())
+	if p == "" {
+		return "/"
+	}
+	return p
+}
+
+func classify(err error, dec *jsontext.Decoder) error {
+	if errors.Is(err, jsontext.ErrDuplicateName) {
+		return &Error{CodeDuplicateKey, fmt.Sprintf("duplicate member name in object at %s", pointer(dec))}
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "UTF-8") || strings.Contains(msg, "surrogate") {
+		return &Error{CodeInvalidUTF8, fmt.Sprintf("invalid UTF-8 or lone surrogate escape at %s", pointer(dec))}
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return &Error{CodeInvalidJSON, "JSON value is truncated"}
+	}
+	var se *jsontext.SyntacticError
+	if errors.As(err, &se) {
+		return &Error{CodeInvalidJSON, fmt.Sprintf("invalid JSON at byte %d", se.ByteOffset)}
+	}
+	return &Error{CodeInvalidJSON, "body is not valid JSON"}
+}
+
+func checkNumber(lit string) error {
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return errors.New("does not fit an IEEE 754 double")
+	}
+	// An integer literal (no fraction, no exponent) states an exact value;
+	// beyond 2^53−1 the double that RFC 8785 serializes is another number.
+	if !strings.ContainsAny(lit, ".eE") && math.Abs(f) > maxSafeInteger {
+		return errors.New("is an integer beyond ±(2^53−1) and would lose precision")
+	}
+	return nil
+}

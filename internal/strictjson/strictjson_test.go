@@ -1,0 +1,92 @@
+package strictjson
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func code(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	if err != nil {
+		return "other:" + err.Error()
+	}
+	return ""
+}
+
+func TestCheckCodes(t *testing.T) {
+	deep := strings.Repeat("[", 33) + strings.Repeat("]", 33)
+	cases := []struct {
+		name, in string
+		lim      Limits
+		want     string
+	}{
+		{"ok object", `{"a":1,"b":[true,null,"x"]}`, Limits{}, ""},
+		{"ok scalar", `"x"`, Limits{}, ""},
+		{"ok whitespace after", "{\"a\":1}\n\t ", Limits{}, ""},
+		{"empty", "  ", Limits{}, CodeEmptyBody},
+		{"duplicate top", `{"a":1,"a":2}`, Limits{}, CodeDuplicateKey},
+		{"duplicate nested", `{"a":{"b":1,"b":1}}`, Limits{}, CodeDuplicateKey},
+		{"duplicate via escape", `{"a":1,"\u0061":2}`, Limits{}, CodeDuplicateKey},
+		{"invalid utf8", "{\"a\":\"\xff\"}", Limits{}, CodeInvalidUTF8},
+		{"lone high surrogate", `{"a":"\ud800"}`, Limits{}, CodeInvalidUTF8},
+		{"lone low surrogate", `{"a":"\udc00x"}`, Limits{}, CodeInvalidUTF8},
+		{"paired surrogates ok", `{"a":"\ud83d\ude00"}`, Limits{}, ""},
+		{"trailing object", `{"a":1}{"b":2}`, Limits{}, CodeTrailingData},
+		{"trailing garbage", `{"a":1} x`, Limits{}, CodeTrailingData},
+		{"truncated", `{"a":`, Limits{}, CodeInvalidJSON},
+		{"not json", `hello`, Limits{}, CodeInvalidJSON},
+		{"too deep", deep, Limits{}, CodeTooDeep},
+		{"depth at limit ok", strings.Repeat("[", 32) + strings.Repeat("]", 32), Limits{}, ""},
+		{"unsafe int", `{"n":9007199254740992}`, Limits{SafeNumbers: true}, CodeNumberTooLarge},
+		{"safe int max", `{"n":9007199254740991}`, Limits{SafeNumbers: true}, ""},
+		{"unsafe negative", `[-9007199254740993]`, Limits{SafeNumbers: true}, CodeNumberTooLarge},
+		{"overflow", `[1e400]`, Limits{SafeNumbers: true}, CodeNumberTooLarge},
+		{"fraction ok", `[0.1, 1e-7, 2.5e10]`, Limits{SafeNumbers: true}, ""},
+		{"exponent form is a float", `[1E30, 9007199254740993.0]`, Limits{SafeNumbers: true}, ""},
+		{"unsafe allowed when off", `[9007199254740993]`, Limits{}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := code(Check([]byte(c.in), c.lim)); got != c.want {
+				t.Fatalf("Check(%q) = %q, want %q", c.in, got, c.want)
+			}
+		})
+	}
+}
+
+func TestDecodeStruct(t *testing.T) {
+	type req struct {
+		Tool string `json:"tool"`
+		N    int    `json:"n,omitempty"`
+	}
+	var r req
+	if err := Decode([]byte(`{"tool":"t","n":3}`), &r, Limits{}); err != nil || r.Tool != "t" || r.N != 3 {
+		t.Fatalf("got %+v, %v", r, err)
+	}
+	if got := code(Decode([]byte(`{"tool":"t","extra":1}`), &r, Limits{})); got != CodeUnknownField {
+		t.Fatalf("unknown field: got %q", got)
+	}
+	if got := code(Decode([]byte(`{"tool":5}`), &r, Limits{})); got != CodeInvalidField {
+		t.Fatalf("wrong type: got %q", got)
+	}
+	err := Decode([]byte(`{"tool":"t","extra":1}`), &r, Limits{})
+	if !strings.Contains(err.Error(), "/extra") {
+		t.Fatalf("message should name the field: %v", err)
+	}
+}
+
+func FuzzCheck(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `[1,2,{"b":"\ud800"}]`, `{"a":1,"a":2}`, `"x"`, `1e400`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := Check(b, Limits{SafeNumbers: true})
+		if err != nil && code(err) == "" {
+			t.Fatalf("error without code: %v", err)
+		}
+	})
+}

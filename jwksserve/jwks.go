@@ -1,0 +1,175 @@
+// Package jwksserve builds keysvc's public key documents — the JWKS (RFC
+// 7517 §5) with VRP lifecycle members (K2) — as immutable bytes with an
+// ETag, computed once per key change and served from memory.
+package jwksserve
+
+import (
+	"crypto"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/keysvc/keysvc/store"
+)
+
+// MaxAge is the JWKS Cache-Control max-age in seconds. The VRP
+// specification §3.1 caps how long a verifier may cache a JWKS at 5 minutes;
+// a new key version must be published (pending) for longer than this
+// before it signs.
+const MaxAge = 300
+
+// PublicJWK returns the public JWK JSON (RFC 7517 §4; OKP per RFC 8037 §2,
+// EC per RFC 7518 §6.2) recorded in key history for a new key version:
+// kty, crv, x (and y), kid, alg and use "sig". No private members.
+func PublicJWK(pub crypto.PublicKey, kid, alg string) ([]byte, error) {
+	jwk := jose.JSONWebKey{Key: pub, KeyID: kid, Algorithm: alg, Use: "sig"}
+	if !jwk.Valid() || !jwk.IsPublic() {
+		return nil, fmt.Errorf("jwksserve: not a valid public key for %s", kid)
+	}
+	return jwk.MarshalJSON()
+}
+
+// Entry is one JWKS member as published: the public JWK plus the VRP
+// lifecycle members (K2). Instants are RFC 3339 UTC, with fractional
+// seconds only when non-zero.
+type Entry struct {
+	Kty              string `json:"kty"`
+	Crv              string `json:"crv,omitempty"`
+	X                string `json:"x,omitempty"`
+	Y                string `json:"y,omitempty"`
+	KID              string `json:"kid"`
+	Alg              string `json:"alg"`
+	Use              string `json:"use"`
+	Status           string `json:"vrp_key_status"`
+	NotBefore        string `json:"vrp_not_before,omitempty"`
+	NotAfter         string `json:"vrp_not_after,omitempty"`
+	CompromisedAt    string `json:"vrp_compromised_at,omitempty"`
+	RevocationReason string `json:"vrp_revocation_reason,omitempty"`
+	Backend          string `json:"vrp_backend,omitempty"`
+}
+
+// EntryFor builds the published entry of one key version.
+//
+// vrp_not_before is when the version started signing (for a pending
+// version: its scheduled activation, if any). vrp_not_after is when it
+// stopped: absent while pending or active.
+func EntryFor(v store.KeyVersion) (Entry, error) {
+	var jwk struct {
+		Kty, Crv, X, Y string
+	}
+	if err := json.Unmarshal(v.PublicJWK, &jwk); err != nil {
+		return Entry{}, fmt.Errorf("jwksserve: %s: public JWK: %w", v.KID, err)
+	}
+	e := Entry{Kty: jwk.Kty, Crv: jwk.Crv, X: jwk.X, Y: jwk.Y, KID: v.KID, Alg: v.Algorithm, Use: "sig", Status: string(v.State)}
+	switch {
+	case v.ActivatedAt != nil:
+		e.NotBefore = instant(*v.ActivatedAt)
+	case v.ActivatesAt != nil:
+		e.NotBefore = instant(*v.ActivatesAt)
+	}
+	switch {
+	case v.RetiredAt != nil:
+		e.NotAfter = instant(*v.RetiredAt)
+	case v.State == store.StateRevoked && v.RevokedAt != nil && v.ActivatedAt != nil:
+		e.NotAfter = instant(*v.RevokedAt)
+	}
+	if v.State == store.StateRevoked && v.CompromisedAt != nil {
+		e.CompromisedAt = instant(*v.CompromisedAt)
+	}
+	return e, nil
+}
+
+func instant(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// Document is an immutable public document: its bytes and a strong ETag.
+type Document struct {
+	Body []byte
+	ETag string // quoted: "\"sha256-…\""
+}
+
+// NewDocument marshals v (indented, trailing newline) and derives the ETag
+// from a SHA-256 of the bytes.
+func NewDocument(v any) (Document, error) {
+	body, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return Document{}, err
+	}
+	body = append(body, '\n')
+	sum := sha256.Sum256(body)
+	return Document{Body: body, ETag: `"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`}, nil
+}
+
+// JWKS is the published key set.
+type JWKS struct {
+	Keys []Entry `json:"keys"`
+}
+
+// BuildJWKS returns the plain JWKS of one key: every pending, active and
+// retired version, newest first. Revoked versions are left out so that a
+// lifecycle-unaware JOSE verifier fails closed on them (they stay in the
+// key-history document).
+func BuildJWKS(versions []store.KeyVersion) (Document, error) {
+	set := JWKS{Keys: []Entry{}}
+	for i := len(versions) - 1; i >= 0; i-- {
+		v := versions[i]
+		if v.State == store.StateRevoked {
+			continue
+		}
+		e, err := EntryFor(v)
+		if err != nil {
+			return Document{}, err
+		}
+		set.Keys = append(set.Keys, e)
+	}
+	return NewDocument(set)
+}
+
+// Serve writes d with Cache-Control public, max-age=MaxAge and its ETag,
+// answering 304 Not Modified when If-None-Match names the current ETag
+// (RFC 9110 §13.1.2; "*" and weak comparisons included).
+func Serve(w http.ResponseWriter, r *http.Request, d Document) {
+	h := w.Header()
+	h.Set("Cache-Control", "public, max-age="+strconv.Itoa(MaxAge))
+	h.Set("ETag", d.ETag)
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatch(inm, d.ETag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.Set("Content-Length", strconv.Itoa(len(d.Body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(d.Body)
+	}
+}
+
+func etagMatch(header, etag string) bool {
+	for _, part := range strings.Split(header, ",") {
+		p := strings.TrimSpace(part)
+		if p == "*" || strings.TrimPrefix(p, "W/") == etag {
+			return true
+		}
+	}
+	return false
+}
+
+// ParsePublicJWK parses a public JWK (as written by PublicJWK) back into an
+// ed25519.PublicKey or *ecdsa.PublicKey. Private JWKs are refused.
+func ParsePublicJWK(raw []byte) (crypto.PublicKey, error) {
+	var jwk jose.JSONWebKey
+	if err := jwk.UnmarshalJSON(raw); err != nil {
+		return nil, fmt.Errorf("jwksserve: public JWK: %w", err)
+	}
+	if !jwk.IsPublic() || !jwk.Valid() {
+		return nil, fmt.Errorf("jwksserve: JWK is not a valid public key")
+	}
+	return jwk.Key, nil
+}

@@ -1,0 +1,49 @@
+// Package signer produces keysvc's signed bytes: RFC 8785 (JCS) canonical
+// JSON, the VRP MCP transport assertion (composition profile 1.0), the
+// SEP-2828 fallback projection digest, and compact JWS (RFC 7515 §7.1) with
+// the protected header precomputed per key version.
+//
+// Verification never re-canonicalizes: a JWS signature covers the compact
+// bytes exactly as produced (VRP receipt spec v1 §7, D5). Canonical JSON is
+// used only for hash inputs such as arguments_sha256.
+package signer
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/gowebpki/jcs"
+
+	"github.com/keysvc/keysvc/internal/strictjson"
+)
+
+// hashLimits are the checks applied to any JSON that is canonicalized and
+// hashed: no duplicate names, valid UTF-8 without lone surrogates, and only
+// numbers that survive the IEEE 754 double round trip of RFC 8785 §3.2.2.3.
+var hashLimits = strictjson.Limits{MaxDepth: 32, SafeNumbers: true}
+
+// Canonicalize returns the RFC 8785 (JCS) form of one JSON value. It first
+// applies the strict checks of package strictjson (duplicate names, invalid
+// UTF-8, lone surrogates, unsafe integers, trailing data are errors of type
+// *strictjson.Error), then serializes with github.com/gowebpki/jcs.
+func Canonicalize(raw []byte) ([]byte, error) {
+	if err := strictjson.Check(raw, hashLimits); err != nil {
+		return nil, err
+	}
+	out, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("signer: RFC 8785 canonicalization: %w", err)
+	}
+	return out, nil
+}
+
+// SHA256Hex returns the lowercase hex SHA-256 of b (64 characters).
+func SHA256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// DigestSHA256 returns "sha256:" followed by SHA256Hex(b) — the digest form
+// used by SEP-2828 and the VRP transparency-log leaves.
+func DigestSHA256(b []byte) string { return "sha256:" + SHA256Hex(b) }

@@ -1,0 +1,283 @@
+package signer
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/keysvc/keysvc/internal/strictjson"
+	"github.com/keysvc/keysvc/internal/testvectors"
+)
+
+func TestJCSVectors(t *testing.T) {
+	dir := testvectors.Dir(t)
+	inputs, err := filepath.Glob(filepath.Join(dir, "jcs", "input", "*.json"))
+	if err != nil || len(inputs) != 6 {
+		t.Fatalf("want 6 JCS inputs, got %d (%v)", len(inputs), err)
+	}
+	for _, in := range inputs {
+		t.Run(filepath.Base(in), func(t *testing.T) {
+			raw, _ := os.ReadFile(in)
+			want, err := os.ReadFile(filepath.Join(dir, "jcs", "output", filepath.Base(in)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Canonicalize(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("canonical bytes differ\n got %q\nwant %q", got, want)
+			}
+		})
+	}
+}
+
+func TestTransportVectors(t *testing.T) {
+	raw := testvectors.Read(t, "vrp-mcp-transport.json")
+	// The vector file uses snake_case members; map them explicitly.
+	var loose struct {
+		Cases []map[string]json.RawMessage `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &loose); err != nil {
+		t.Fatal(err)
+	}
+	if len(loose.Cases) != 3 {
+		t.Fatalf("want 3 cases, got %d", len(loose.Cases))
+	}
+	str := func(m map[string]json.RawMessage, k string) string {
+		var s string
+		if v, ok := m[k]; ok {
+			if err := json.Unmarshal(v, &s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s
+	}
+	for _, c := range loose.Cases {
+		t.Run(str(c, "name"), func(t *testing.T) {
+			canon, err := NormalizeArguments(c["arguments"])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(canon) != str(c, "expected_arguments_jcs") {
+				t.Fatalf("arguments JCS\n got %s\nwant %s", canon, str(c, "expected_arguments_jcs"))
+			}
+			digest, _, err := ArgumentsSHA256(c["arguments"])
+			if err != nil || digest != str(c, "expected_arguments_sha256") {
+				t.Fatalf("arguments_sha256 = %s, %v; want %s", digest, err, str(c, "expected_arguments_sha256"))
+			}
+			served, err := time.Parse(time.RFC3339, str(c, "served_at"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, assertion, err := BuildTransportAssertion(TransportCall{
+				Tool: str(c, "tool"), Arguments: c["arguments"], ServedAt: served,
+				Issuer: str(c, "issuer"), OfferRef: str(c, "offer_ref"), SessionID: str(c, "session_id"),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(assertion) != str(c, "expected_assertion_jcs") {
+				t.Fatalf("assertion JCS\n got %s\nwant %s", assertion, str(c, "expected_assertion_jcs"))
+			}
+		})
+	}
+}
+
+func TestSEP2828Vectors(t *testing.T) {
+	var doc struct {
+		Cases []struct {
+			Name                  string          `json:"name"`
+			Params                json.RawMessage `json:"params"`
+			ExpectedProjectionJCS string          `json:"expected_projection_jcs"`
+			ExpectedDigest        string          `json:"expected_digest"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(testvectors.Read(t, "sep2828-fallback-projection.json"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Cases) != 7 {
+		t.Fatalf("want 7 cases, got %d", len(doc.Cases))
+	}
+	for _, c := range doc.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			canon, digest, err := ProjectSEP2828(c.Params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(canon) != c.ExpectedProjectionJCS {
+				t.Fatalf("projection\n got %s\nwant %s", canon, c.ExpectedProjectionJCS)
+			}
+			if digest != c.ExpectedDigest {
+				t.Fatalf("digest %s, want %s", digest, c.ExpectedDigest)
+			}
+		})
+	}
+}
+
+func rfc8037Key(t testing.TB) (ed25519.PrivateKey, map[string]string) {
+	var v map[string]json.RawMessage
+	if err := json.Unmarshal(testvectors.Read(t, "rfc8037-ed25519-jws.json"), &v); err != nil {
+		t.Fatal(err)
+	}
+	var jwk struct{ D, X string }
+	if err := json.Unmarshal(v["jwk_private"], &jwk); err != nil {
+		t.Fatal(err)
+	}
+	seed, err := base64.RawURLEncoding.DecodeString(jwk.D)
+	if err != nil || len(seed) != ed25519.SeedSize {
+		t.Fatalf("bad seed: %v", err)
+	}
+	strs := map[string]string{}
+	for _, k := range []string{"protected_header", "payload", "compact_jws", "jwk_thumbprint_sha256"} {
+		var s string
+		if err := json.Unmarshal(v[k], &s); err != nil {
+			t.Fatal(err)
+		}
+		strs[k] = s
+	}
+	strs["x"] = jwk.X
+	return ed25519.NewKeyFromSeed(seed), strs
+}
+
+func TestRFC8037Vector(t *testing.T) {
+	key, v := rfc8037Key(t)
+	if got := base64.RawURLEncoding.EncodeToString(key.Public().(ed25519.PublicKey)); got != v["x"] {
+		t.Fatalf("public x %s, want %s", got, v["x"])
+	}
+	h, err := EncodeHeader(ProtectedHeader{Alg: AlgEdDSA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := base64.RawURLEncoding.EncodeToString([]byte(v["protected_header"])); h != want {
+		t.Fatalf("header %s, want %s", h, want)
+	}
+	jws, err := SignCompact(h, []byte(v["payload"]), AlgEdDSA, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jws != v["compact_jws"] {
+		t.Fatalf("JWS\n got %s\nwant %s", jws, v["compact_jws"])
+	}
+	jwk := jose.JSONWebKey{Key: key.Public()}
+	tp, err := jwk.Thumbprint(crypto.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := base64.RawURLEncoding.EncodeToString(tp); got != v["jwk_thumbprint_sha256"] {
+		t.Fatalf("thumbprint %s, want %s", got, v["jwk_thumbprint_sha256"])
+	}
+}
+
+func TestJWSSignerHeaderAndGoJoseVerify(t *testing.T) {
+	key, _ := rfc8037Key(t)
+	s, err := NewJWSSigner("villaakerlyckan.se-2026-05-18-01", AlgEdDSA, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte(`{"a":1}`)
+	jws, err := s.Sign(payload, "JWT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Deterministic Ed25519: the exact bytes are fixed by key, header and payload.
+	const want = "eyJhbGciOiJFZERTQSIsImtpZCI6InZpbGxhYWtlcmx5Y2thbi5zZS0yMDI2LTA1LTE4LTAxIiwidHlwIjoiSldUIn0.eyJhIjoxfQ."
+	if jws[:len(want)] != want {
+		t.Fatalf("JWS prefix\n got %s\nwant %s", jws, want)
+	}
+	if again, _ := s.Sign(payload, "JWT"); again != jws {
+		t.Fatalf("Ed25519 JWS must be deterministic")
+	}
+	parsed, err := jose.ParseSigned(jws, []jose.SignatureAlgorithm{jose.EdDSA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parsed.Signatures[0].Header.KeyID != s.KID() {
+		t.Fatalf("kid %q", parsed.Signatures[0].Header.KeyID)
+	}
+	out, err := parsed.Verify(key.Public())
+	if err != nil || !bytes.Equal(out, payload) {
+		t.Fatalf("go-jose verify: %v %q", err, out)
+	}
+	if _, err := s.Sign(payload, "bad\ntyp"); err == nil {
+		t.Fatal("control character in typ must be refused")
+	}
+}
+
+func TestES256(t *testing.T) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewJWSSigner("k-1", AlgES256, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := s.Sign([]byte(`{"x":true}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := jose.ParseSigned(jws, []jose.SignatureAlgorithm{jose.ES256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parsed.Signatures[0].Signature) != ES256SignatureSize {
+		t.Fatalf("signature size %d", len(parsed.Signatures[0].Signature))
+	}
+	if _, err := parsed.Verify(&k.PublicKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewJWSSigner("k", AlgEdDSA, k); err == nil {
+		t.Fatal("alg/key mismatch must be refused")
+	}
+}
+
+func TestSnakeCase(t *testing.T) {
+	for in, want := range map[string]string{
+		"checkIn": "check_in", "checkOut": "check_out", "guests": "guests", "check_in": "check_in",
+		"offerID": "offer_id", "HTTPServer": "http_server", "CheckIn": "check_in", "a1B": "a1_b",
+		"already_snake_Case": "already_snake_case", "": "",
+	} {
+		if got := SnakeCase(in); got != want {
+			t.Errorf("SnakeCase(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestArgumentErrors(t *testing.T) {
+	_, _, err := ArgumentsSHA256([]byte(`{"checkIn":"2026-09-02","check_in":"2026-09-03"}`))
+	if !errors.Is(err, ErrArgumentKeyCollision) {
+		t.Fatalf("collision: %v", err)
+	}
+	if want := `"checkIn" and "check_in" both become "check_in"`; err == nil || !bytes.Contains([]byte(err.Error()), []byte(want)) {
+		t.Fatalf("message %q should contain %q", err, want)
+	}
+	if _, _, err := ArgumentsSHA256([]byte(`[1,2]`)); !errors.Is(err, ErrArgumentsNotObject) {
+		t.Fatalf("array: %v", err)
+	}
+	var se *strictjson.Error
+	if _, _, err := ArgumentsSHA256([]byte(`{"a":1,"a":2}`)); !errors.As(err, &se) || se.Code != strictjson.CodeDuplicateKey {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if _, _, err := ArgumentsSHA256([]byte(`{"n":12345678901234567890}`)); !errors.As(err, &se) || se.Code != strictjson.CodeNumberTooLarge {
+		t.Fatalf("big number: %v", err)
+	}
+	// Nested keys are not renamed: only top-level keys are normalized.
+	canon, err := NormalizeArguments([]byte(`{"stayInfo":{"checkIn":"x"}}`))
+	if err != nil || string(canon) != `{"stay_info":{"checkIn":"x"}}` {
+		t.Fatalf("nested: %s %v", canon, err)
+	}
+}

@@ -1,0 +1,165 @@
+// Package store holds keysvc's key history: keys, key versions, the audit
+// trail and API token hashes. It has two implementations with the same
+// semantics — PostgreSQL through pgx (production, several replicas) and an
+// embedded SQLite file (first run, single node) — and one test suite that
+// runs against both.
+//
+// The store knows nothing of key material: a key version carries its public
+// JWK, a backend reference (a URI naming where the private half lives) and,
+// for the software backend only, an opaque sealed blob that the store never
+// interprets. Lifecycle rules (which transitions are allowed, when) live in
+// package rotation; the store only persists them, transactionally.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// KeyState is a key version's lifecycle state (VRP key lifecycle K2:
+// vrp_key_status). Transitions are enforced by package rotation.
+type KeyState string
+
+// The four lifecycle states of a key version.
+const (
+	StatePending KeyState = "pending" // published, not yet signing (K3)
+	StateActive  KeyState = "active"  // the one version that signs
+	StateRetired KeyState = "retired" // no longer signs; still published for verification
+	StateRevoked KeyState = "revoked" // compromised (K4); left out of the plain JWKS
+)
+
+// Valid reports whether s is one of the four states.
+func (s KeyState) Valid() bool {
+	switch s {
+	case StatePending, StateActive, StateRetired, StateRevoked:
+		return true
+	}
+	return false
+}
+
+// Key is a named signing key: a sequence of key versions, exactly one of
+// which is active at a time (enforced by a unique index).
+type Key struct {
+	Name      string    // [a-z0-9][a-z0-9-]{0,62}; unique
+	Issuer    string    // DNS name used in kids, e.g. "villaakerlyckan.se"
+	Algorithm string    // JWS alg of every version: "EdDSA" (RFC 8037) or "ES256"
+	Backend   string    // backend kind: "software", "pkcs11", "awskms"
+	JWKSURL   string    // where verifiers fetch this key's JWKS; the attestation "source"
+	Policy    []byte    // rotation policy as JSON (opaque to the store); may be nil
+	CreatedAt time.Time // UTC, microsecond precision
+	CreatedBy string    // actor that created it
+}
+
+// KeyVersion is one key material of a Key, identified by its kid (K1). A kid
+// is never reused: the store enforces uniqueness across all keys.
+type KeyVersion struct {
+	KID              string   // "<issuer>-YYYY-MM-DD-NN"
+	KeyName          string   // owning Key.Name
+	Algorithm        string   // same as the key's
+	BackendRef       string   // URI of the private half, e.g. "software:kid=..."
+	SealedPrivateKey []byte   // software backend only: AES-256-GCM sealed seed; nil otherwise
+	PublicJWK        []byte   // public JWK as JSON (RFC 7517), without private members
+	State            KeyState // current state
+	CreatedAt        time.Time
+	// Instants each state began (nil until reached). NotBefore/NotAfter are
+	// the signing window published as vrp_not_before / vrp_not_after.
+	PublishedAt      *time.Time // became pending (published before signing)
+	ActivatesAt      *time.Time // scheduled activation for a pending version
+	ActivatedAt      *time.Time // became active: vrp_not_before
+	RetiredAt        *time.Time // stopped signing: vrp_not_after
+	RevokedAt        *time.Time // revocation recorded
+	CompromisedAt    *time.Time // vrp_compromised_at (may precede RevokedAt)
+	RevocationReason string
+}
+
+// AuditEvent is one row of the append-only, hash-chained audit trail. Seq,
+// PrevHash and Hash are assigned by AppendAudit.
+type AuditEvent struct {
+	Seq      int64     // 1, 2, 3, ... without gaps
+	At       time.Time // UTC, microsecond precision
+	Actor    string    // principal that caused the event
+	Action   string    // "key.create", "version.activate", "version.retire", ...
+	KeyName  string    // may be empty for events not about one key
+	KID      string    // may be empty
+	Reason   string    // free text given by the actor; may be empty
+	Details  []byte    // JSON object with event-specific facts; may be nil
+	PrevHash string    // hex SHA-256 of the previous row ("" for the first)
+	Hash     string    // hex SHA-256 over this row's canonical JSON (see AuditHash)
+}
+
+// APIToken is a bearer credential. Only the SHA-256 of the secret is stored.
+type APIToken struct {
+	ID         string   // short public identifier, shown in listings
+	Name       string   // human label
+	SHA256     []byte   // SHA-256 of the secret token string, 32 bytes
+	Scopes     []string // e.g. "sign:*", "admin:keys"
+	CreatedAt  time.Time
+	ExpiresAt  *time.Time // nil: no expiry
+	RevokedAt  *time.Time
+	LastUsedAt *time.Time
+}
+
+// Errors returned by every implementation; test with errors.Is.
+var (
+	ErrNotFound = errors.New("store: not found")
+	// ErrConflict: a unique constraint refused the write (duplicate key
+	// name, duplicate kid, a second active version of one key, ...).
+	ErrConflict = errors.New("store: conflict")
+	// ErrAuditAppendOnly: the audit trail refuses UPDATE and DELETE.
+	ErrAuditAppendOnly = errors.New("store: audit trail is append-only")
+)
+
+// Reader is the read side, usable inside and outside a transaction.
+type Reader interface {
+	GetKey(ctx context.Context, name string) (Key, error) // ErrNotFound
+	ListKeys(ctx context.Context) ([]Key, error)          // ordered by name
+	// ListVersions returns a key's versions ordered by CreatedAt, then KID.
+	ListVersions(ctx context.Context, keyName string) ([]KeyVersion, error)
+	GetVersion(ctx context.Context, kid string) (KeyVersion, error) // ErrNotFound
+	// ListAudit returns audit rows with Seq > afterSeq, ascending, at most limit (limit <= 0: all).
+	ListAudit(ctx context.Context, afterSeq int64, limit int) ([]AuditEvent, error)
+	ListTokens(ctx context.Context) ([]APIToken, error)
+}
+
+// Tx is one explicit transaction. All writes happen through a Tx.
+type Tx interface {
+	Reader
+	// LockKey takes an exclusive lock on the key row until the transaction
+	// ends (SELECT ... FOR UPDATE on PostgreSQL; SQLite transactions are
+	// already exclusive) and returns it. ErrNotFound if absent.
+	LockKey(ctx context.Context, name string) (Key, error)
+	InsertKey(ctx context.Context, k Key) error // ErrConflict on duplicate name
+	UpdateKeyPolicy(ctx context.Context, name string, policy []byte) error
+	InsertVersion(ctx context.Context, v KeyVersion) error // ErrConflict on duplicate kid / second active
+	// UpdateVersion overwrites State and the instant fields of the version
+	// with v.KID. ErrNotFound if absent; ErrConflict on a second active.
+	UpdateVersion(ctx context.Context, v KeyVersion) error
+	// KIDsWithPrefix lists every kid (of any key) starting with prefix.
+	KIDsWithPrefix(ctx context.Context, prefix string) ([]string, error)
+	// AppendAudit assigns Seq, PrevHash and Hash (see AuditHash) and inserts.
+	AppendAudit(ctx context.Context, ev AuditEvent) (AuditEvent, error)
+	InsertToken(ctx context.Context, t APIToken) error // ErrConflict on duplicate ID or hash
+	RevokeToken(ctx context.Context, id string, at time.Time) error
+}
+
+// Store is a key-history database.
+type Store interface {
+	Reader
+	// InTx runs fn in one transaction: committed if fn returns nil, rolled
+	// back otherwise (and on panic). Serializable with respect to other
+	// InTx calls that lock the same key.
+	InTx(ctx context.Context, fn func(Tx) error) error
+	// TouchToken records a token's last use; best effort, outside any tx.
+	TouchToken(ctx context.Context, id string, at time.Time) error
+	// Kind returns "postgres" or "sqlite".
+	Kind() string
+	Close() error
+}
+
+// Config selects an implementation: PostgreSQL when PostgresURL is set,
+// otherwise the SQLite file at SQLitePath.
+type Config struct {
+	PostgresURL string // e.g. "postgres://user@127.0.0.1:5432/db?search_path=x"
+	SQLitePath  string // e.g. "./keysvc-data/keysvc.db"; created if missing
+}

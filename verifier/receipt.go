@@ -1,0 +1,164 @@
+package verifier
+
+import (
+	"context"
+	"time"
+)
+
+// ReceiptVersion is the only vrp_receipt_version a v1 verifier accepts.
+const ReceiptVersion = "1.0"
+
+// Input bounds of VerifyReceipt; a receipt over any of them is
+// malformed_receipt.
+const (
+	// MaxReceiptBytes bounds the receipt document.
+	MaxReceiptBytes = 1 << 20
+	// MaxAttestations bounds the attestations array.
+	MaxAttestations = 1024
+)
+
+// Options configures VerifyReceipt.
+type Options struct {
+	// Now is the instant freshness is judged at (millisecond precision).
+	// The zero value means time.Now().
+	Now time.Time
+	// Resolve finds the JWK Set for each signed attestation. A nil
+	// resolver makes every signed attestation key_unresolvable.
+	Resolve JWKSResolver
+}
+
+// VerifyReceipt verifies a VRP receipt envelope v1 (receipt, JSON bytes)
+// under the VRP receipt specification v1 §3–§7 (D1–D5); the rules and this
+// package's stricter choices are listed in the package documentation. It
+// never fails as a Go call: every outcome, including unparseable input, is
+// a Result.
+//
+// Envelope failures give ReceiptValid false, one code in Errors
+// (CodeUnsupportedVersion or CodeMalformedReceipt) and no Attestations.
+// Otherwise there is one AttestationResult per attestation, in order, and
+// FullyVerified is true when all of them are StatusVerified. ctx is passed
+// to the resolver.
+func VerifyReceipt(ctx context.Context, receipt []byte, opts Options) Result {
+	if len(receipt) > MaxReceiptBytes {
+		return envelopeFailure(CodeMalformedReceipt)
+	}
+	v, err := decodeStrict(receipt)
+	if err != nil {
+		return envelopeFailure(CodeMalformedReceipt)
+	}
+	record, isObject := v.(map[string]any)
+	if isObject && record["vrp_receipt_version"] != ReceiptVersion {
+		return envelopeFailure(CodeUnsupportedVersion)
+	}
+	atts, ok := receiptAttestations(record)
+	if !ok {
+		return envelopeFailure(CodeMalformedReceipt)
+	}
+
+	now := opts.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	res := Result{
+		ReceiptValid:  true,
+		FullyVerified: true,
+		Errors:        []string{},
+		Attestations:  make([]AttestationResult, 0, len(atts)),
+	}
+	for i, att := range atts {
+		r := verifyAttestation(ctx, i, att, now.UnixMilli(), opts.Resolve)
+		res.FullyVerified = res.FullyVerified && r.Status == StatusVerified
+		res.Attestations = append(res.Attestations, r)
+	}
+	return res
+}
+
+// receiptAttestations checks the v1 envelope shape (the receipt schema's
+// required members and types) and returns the attestation objects. record
+// is nil when the receipt is not an object.
+func receiptAttestations(record map[string]any) ([]map[string]any, bool) {
+	if record == nil {
+		return nil, false
+	}
+	for _, k := range []string{"vrp_receipt_version", "subject", "issuer", "attestations"} {
+		if _, ok := record[k]; !ok {
+			return nil, false
+		}
+	}
+	if _, ok := record["subject"].(map[string]any); !ok {
+		return nil, false
+	}
+	if _, ok := record["issuer"].(map[string]any); !ok {
+		return nil, false
+	}
+	list, ok := record["attestations"].([]any)
+	if !ok || len(list) < 1 || len(list) > MaxAttestations {
+		return nil, false
+	}
+	atts := make([]map[string]any, len(list))
+	for i, a := range list {
+		att, ok := a.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		for _, k := range []string{"layer", "valid_from", "valid_until"} {
+			if _, ok := att[k]; !ok {
+				return nil, false
+			}
+		}
+		if layer, ok := att["layer"].(string); !ok || layer == "" {
+			return nil, false
+		}
+		atts[i] = att
+	}
+	return atts, true
+}
+
+// verifyAttestation applies rule 3 (window, signature presence, key
+// resolution, JWS, freshness) to one shape-checked attestation.
+func verifyAttestation(ctx context.Context, index int, att map[string]any, nowMs int64, resolve JWKSResolver) AttestationResult {
+	r := AttestationResult{Index: index}
+	r.Layer, _ = att["layer"].(string)
+	fail := func(status, code string) AttestationResult {
+		r.Status, r.Error = status, &code
+		return r
+	}
+
+	from, okFrom := parseWindowBound(att["valid_from"])
+	until, okUntil := parseWindowBound(att["valid_until"])
+	if !okFrom || !okUntil {
+		return fail(StatusInvalid, CodeMissingValidityWindow)
+	}
+
+	sig, ok := att["signature"].(string)
+	if !ok || isBlank(sig) {
+		return fail(StatusUnverifiable, CodeLayerUnverifiable)
+	}
+
+	if resolve == nil {
+		return fail(StatusUnverifiable, CodeKeyUnresolvable)
+	}
+	source, _ := att["source"].(string)
+	jwks, err := resolve(ctx, source, att)
+	if err != nil || jwks == nil {
+		return fail(StatusUnverifiable, CodeKeyUnresolvable)
+	}
+
+	v, err := VerifyCompactJWS(sig, jwks)
+	if err != nil {
+		return fail(StatusInvalid, CodeSigInvalid)
+	}
+	if v.KID != "" {
+		kid := v.KID
+		r.KID = &kid
+	}
+
+	switch {
+	case nowMs < from:
+		return fail(StatusExpired, CodeNotYetValid)
+	case nowMs > until:
+		return fail(StatusExpired, CodeSigExpired)
+	}
+	r.Status = StatusVerified
+	return r
+}
