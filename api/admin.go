@@ -164,6 +164,8 @@ func lifecycleError(err error) error {
 		return fail(http.StatusConflict, CodeNoActiveVersion, "%s", msg)
 	case errors.Is(err, rotation.ErrUnknownBackend):
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", msg)
+	case errors.Is(err, backends.ErrUnsupportedAlgorithm):
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", msg)
 	case errors.Is(err, backends.ErrUnavailable):
 		return fail(http.StatusServiceUnavailable, CodeBackendUnavailable, "key backend unavailable")
 	}

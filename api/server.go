@@ -21,6 +21,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
 
+	"github.com/keysvc/keysvc/backends"
 	"github.com/keysvc/keysvc/internal/strictjson"
 	"github.com/keysvc/keysvc/jwksserve"
 	"github.com/keysvc/keysvc/rotation"
@@ -352,18 +353,42 @@ func (s *Server) sign(c echo.Context) error {
 	if len(req.Payload) == 0 || req.Payload.Kind() != '{' {
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "payload must be a JSON object")
 	}
+	if !validTyp(req.Typ) {
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "typ must be printable ASCII, at most 64 bytes")
+	}
 	canon, err := signer.Canonicalize(req.Payload)
 	if err != nil {
 		return jsonError(err)
 	}
 	jws, err := sg.Sign(canon, req.Typ)
 	if err != nil {
-		if strings.Contains(err.Error(), "typ") {
-			return fail(http.StatusBadRequest, CodeInvalidRequest, "typ must be printable ASCII, at most 64 bytes")
-		}
-		return err
+		return signError(err)
 	}
 	return c.JSON(http.StatusOK, SignResponse{JWS: jws, KID: sg.KID(), Alg: sg.Alg()})
+}
+
+// validTyp applies signer.JWSSigner.Sign's rule for typ (printable ASCII,
+// at most 64 bytes) before signing, so that a bad typ is told apart from a
+// signing failure without inspecting error text.
+func validTyp(typ string) bool {
+	if len(typ) > 64 {
+		return false
+	}
+	for i := 0; i < len(typ); i++ {
+		if typ[i] < 0x20 || typ[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// signError maps a failed signature: an unavailable backend (HSM, KMS) is
+// 503 backend_unavailable; anything else is an internal error.
+func signError(err error) error {
+	if errors.Is(err, backends.ErrUnavailable) {
+		return fail(http.StatusServiceUnavailable, CodeBackendUnavailable, "key backend unavailable")
+	}
+	return err
 }
 
 // transportRequest is the body of POST /v1/keys/{name}/mcp-transport.
@@ -444,7 +469,7 @@ func (s *Server) mcpTransport(c echo.Context) error {
 	}
 	jws, err := sg.Sign(payload, signer.TransportJWSTyp)
 	if err != nil {
-		return err
+		return signError(err)
 	}
 	ref := req.Ref
 	if ref == "" {

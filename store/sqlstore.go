@@ -141,17 +141,19 @@ func (o ops) check() error {
 // marks the transaction (if any) as failed. Conflicts do not wrap the driver
 // error, whose details could echo values such as token hashes.
 func (o ops) fail(op string, err error) error {
-	if o.tx != nil && o.tx.failed == nil {
-		o.tx.failed = err
-	}
 	class, what := o.d.classify(err)
 	switch class {
 	case ErrConflict, ErrAuditAppendOnly:
-		return fmt.Errorf("store: %s: %w (%s)", op, class, what)
+		err = fmt.Errorf("store: %s: %w (%s)", op, class, what)
 	case errMissingKey:
-		return fmt.Errorf("store: %s: key: %w", op, ErrNotFound)
+		err = fmt.Errorf("store: %s: key: %w", op, ErrNotFound)
+	default:
+		err = fmt.Errorf("store: %s: %w", op, err)
 	}
-	return fmt.Errorf("store: %s: %w", op, err)
+	if o.tx != nil && o.tx.failed == nil {
+		o.tx.failed = err
+	}
+	return err
 }
 
 func (o ops) exec(ctx context.Context, op, q string, args ...any) (int64, error) {

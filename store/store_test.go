@@ -249,7 +249,7 @@ func runSuite(t *testing.T, open func(t *testing.T) Store) {
 		k1.Policy = []byte(`{"rotate_every": "720h",  "overlap":"24h"}`)
 		k2 := key("alpha")
 		k2.Algorithm, k2.Backend, k2.CreatedAt = "ES256", "pkcs11", at(2, 999)
-		full := version("zeta", "villaakerlyckan.se-2025-03-01-01", StateRevoked, at(1, 500))
+		full := version("zeta", "villaakerlyckan.se-2025-03-01-01", StateRevoked, at(1, 5000))
 		full.SealedPrivateKey = []byte{0x00, 0x01, 0xfe, 0xff, 0x00}
 		full.PublishedAt, full.ActivatesAt, full.ActivatedAt = ptr(at(1, 1)), ptr(at(2, 2)), ptr(at(2, 3))
 		full.RetiredAt, full.RevokedAt, full.CompromisedAt = ptr(at(5, 4)), ptr(at(6, 5)), ptr(at(4, 6))
@@ -605,9 +605,9 @@ func runSuite(t *testing.T, open func(t *testing.T) Store) {
 			return nil
 		})
 		for prefix, want := range map[string][]string{
-			"a.se-2025-03-01-": {"a.se-2025-03-01-01", "a.se-2025-03-01-02"},
-			"b.se-":            {"b.se-2025-03-01-01"},
-			"":                 {"a.se-2025-03-01-01", "a.se-2025-03-01-02", "a.se-2025-03-02-01", "b.se-2025-03-01-01"},
+			"a.se-2025-03-01-":   {"a.se-2025-03-01-01", "a.se-2025-03-01-02"},
+			"b.se-":              {"b.se-2025-03-01-01"},
+			"":                   {"a.se-2025-03-01-01", "a.se-2025-03-01-02", "a.se-2025-03-02-01", "b.se-2025-03-01-01"},
 			"a.se-2025-03-01-0_": nil, // no LIKE wildcards
 			"a.se-2025-03-%":     nil,
 			"A.SE-":              nil, // case-sensitive
