@@ -21,6 +21,7 @@ import (
 	"github.com/keysvc/keysvc/backends"
 	"github.com/keysvc/keysvc/backends/software"
 	"github.com/keysvc/keysvc/internal/testvectors"
+	"github.com/keysvc/keysvc/store"
 )
 
 const villa = "villaakerlyckan.se"
@@ -139,18 +140,6 @@ func TestAuthMatrix(t *testing.T) {
 		})
 	}
 
-	// Per-key signing scopes: sign:alpha may not sign with bravo, nor with
-	// a key that does not exist (403 without revealing whether it exists);
-	// sign:* on a missing key gets 404.
-	for _, path := range []string{"/v1/keys/bravo/sign", "/v1/keys/bravo/mcp-transport", "/v1/keys/nosuchkey/sign"} {
-		resp, body := h.postJSON(path, signAlpha, `{"payload":{},"tool":"t","arguments":{}}`)
-		wantError(t, "sign:alpha on "+path, resp, body, http.StatusForbidden, api.CodeForbidden)
-	}
-	resp, body := h.postJSON("/v1/keys/bravo/sign", signBravo, `{"payload":{"a":1}}`)
-	wantStatus(t, "sign:bravo on bravo", resp, body, http.StatusOK)
-	resp, body = h.postJSON("/v1/keys/nosuchkey/sign", signAll, `{"payload":{"a":1}}`)
-	wantError(t, "sign:* on a missing key", resp, body, http.StatusNotFound, api.CodeKeyNotFound)
-
 	// Admin changes are attributed to the token in the audit trail.
 	rows, err := h.store.ListAudit(context.Background(), 0, 0)
 	if err != nil {
@@ -160,6 +149,27 @@ func TestAuthMatrix(t *testing.T) {
 	if !strings.HasPrefix(last.Actor, "token:") || !strings.HasSuffix(last.Actor, "(admin)") {
 		t.Errorf("last audit row actor %q, want token:<id>(admin)", last.Actor)
 	}
+
+	// Per-key signing scopes: sign:alpha may not sign with bravo, nor with
+	// a key that does not exist (403 without revealing whether it exists);
+	// sign:* on a missing key gets 404.
+	for _, path := range []string{"/v1/keys/bravo/sign", "/v1/keys/bravo/mcp-transport", "/v1/keys/nosuchkey/sign"} {
+		resp, body := h.postJSON(path, signAlpha, `{"payload":{},"tool":"t","arguments":{}}`)
+		wantError(t, "sign:alpha on "+path, resp, body, http.StatusForbidden, api.CodeForbidden)
+	}
+	resp, body := h.postJSON("/v1/keys/bravo/sign", signBravo, `{"payload":{"a":1}}`)
+	wantStatus(t, "sign:bravo on bravo", resp, body, http.StatusOK)
+	// A scope names one key exactly, not every key whose name it prefixes.
+	h.createKey("alpha-2", villa, software.Kind)
+	for _, path := range []string{"/v1/keys/alpha-2/sign", "/v1/keys/alpha-2/mcp-transport"} {
+		resp, body := h.postJSON(path, signAlpha, `{"payload":{},"tool":"t","arguments":{}}`)
+		wantError(t, "sign:alpha on "+path, resp, body, http.StatusForbidden, api.CodeForbidden)
+	}
+	resp, body = h.postJSON("/v1/keys/alpha-2/sign", signAll, `{"payload":{"a":1}}`)
+	wantStatus(t, "sign:* on alpha-2", resp, body, http.StatusOK)
+	resp, body = h.postJSON("/v1/keys/nosuchkey/sign", signAll, `{"payload":{"a":1}}`)
+	wantError(t, "sign:* on a missing key", resp, body, http.StatusNotFound, api.CodeKeyNotFound)
+
 }
 
 // ---------------------------------------------------------------------------
@@ -413,6 +423,9 @@ func TestBadInput(t *testing.T) {
 		{"valid_for -1h", mcp, `{"tool":"t","arguments":{},"valid_for":"-1h"}`, 400, "invalid_request"},
 		{"valid_for 48h", mcp, `{"tool":"t","arguments":{},"valid_for":"48h"}`, 400, "invalid_request"},
 		{"valid_for abc", mcp, `{"tool":"t","arguments":{},"valid_for":"abc"}`, 400, "invalid_request"},
+		{"valid_for 500ms", mcp, `{"tool":"t","arguments":{},"valid_for":"500ms"}`, 400, "invalid_request"},
+		{"valid_for 1ns", mcp, `{"tool":"t","arguments":{},"valid_for":"1ns"}`, 400, "invalid_request"},
+		{"valid_for 24h1s", mcp, `{"tool":"t","arguments":{},"valid_for":"24h1s"}`, 400, "invalid_request"},
 		{"valid_for without unit", mcp, `{"tool":"t","arguments":{},"valid_for":"3600"}`, 400, "invalid_request"},
 		{"payload missing", sign, `{}`, 400, "invalid_request"},
 		{"payload is an array", sign, `{"payload":[1]}`, 400, "invalid_request"},
@@ -791,6 +804,17 @@ func TestMCPTransportVectors(t *testing.T) {
 		}
 	}
 
+	// served_at keeps sub-second precision and is normalized to UTC.
+	resp, body = h.postJSON("/v1/keys/villa/mcp-transport", tok,
+		`{"tool":"t","arguments":{},"served_at":"2026-06-24T13:40:00.25+02:00","valid_for":"1s","offer_ref":"o"}`)
+	wantStatus(t, "fractional served_at", resp, body, http.StatusOK)
+	var frac api.TransportResponse
+	decode(t, body, &frac)
+	if frac.Assertion.ServedAt != "2026-06-24T11:40:00.25Z" || frac.Attestation.ValidFrom != "2026-06-24T11:40:00.25Z" ||
+		frac.Attestation.ValidUntil != "2026-06-24T11:40:01.25Z" || frac.Attestation.Ref != "o" {
+		t.Errorf("fractional served_at: assertion %+v attestation %+v", frac.Assertion, frac.Attestation)
+	}
+
 	// served_at defaults to now (whole seconds, UTC).
 	before := time.Now().UTC().Truncate(time.Second)
 	resp, body = h.postJSON("/v1/keys/villa/mcp-transport", tok, `{"tool":"t","arguments":{}}`)
@@ -1155,4 +1179,52 @@ func TestCreateKey(t *testing.T) {
 	if len(rows) != 3 || rows[0].Action != "key.create" || rows[0].Reason != "new node" || !strings.HasSuffix(rows[0].Actor, "(admin)") {
 		t.Errorf("audit rows %+v", rows)
 	}
+}
+
+// touchFailStore fails every last-used update and reports each attempt.
+type touchFailStore struct {
+	store.Store
+	touched chan struct{}
+}
+
+func (s touchFailStore) TouchToken(context.Context, string, time.Time) error {
+	s.touched <- struct{}{}
+	return errors.New("store unreachable")
+}
+
+// TestAuthenticatorNilLogger: a failed best-effort last-used update must not
+// crash the process when the Authenticator was built without a logger.
+func TestAuthenticatorNilLogger(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.createKey("alpha", villa, fixedKind)
+	secret := h.token("n", tokenOK, api.ScopeSignAll)
+	st := touchFailStore{Store: h.store, touched: make(chan struct{}, 1)}
+	a := api.NewAuthenticator(st, nil)
+	if err := a.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.New(api.Config{Manager: h.mgr, Auth: a, Store: h.store}).Handler())
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/keys/alpha/sign", strings.NewReader(`{"payload":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", bearer(secret))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	select {
+	case <-st.touched:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no last-used update attempted")
+	}
+	// Give the background goroutine time to log the failure (before the
+	// fix, (*slog.Logger)(nil).Debug panicked and took the process down).
+	time.Sleep(100 * time.Millisecond)
 }

@@ -75,8 +75,12 @@ type Authenticator struct {
 	touched map[string]time.Time
 }
 
-// NewAuthenticator returns an Authenticator; call Refresh before use.
+// NewAuthenticator returns an Authenticator; call Refresh before use. A nil
+// log means slog.Default().
 func NewAuthenticator(s store.Store, log *slog.Logger) *Authenticator {
+	if log == nil {
+		log = slog.Default()
+	}
 	a := &Authenticator{store: s, log: log, touched: map[string]time.Time{}}
 	empty := map[[32]byte]store.APIToken{}
 	a.tokens.Store(&empty)

@@ -630,3 +630,24 @@ func TestServe(t *testing.T) {
 		}
 	})
 }
+
+// TestServeIfNoneMatchSplitAcrossFields: If-None-Match may arrive as several
+// field lines, which together form one list (RFC 9110 §5.3); a match in any
+// of them is a match (§13.1.2: the server MUST answer 304 to GET/HEAD).
+func TestServeIfNoneMatchSplitAcrossFields(t *testing.T) {
+	_ = (`BUG: jwksserve.Serve reads If-None-Match with r.Header.Get, i.e. only the first field line; ` +
+		`a request carrying "If-None-Match: \"other\"" and a second "If-None-Match: <current ETag>" line gets 200 ` +
+		`with the full body instead of 304 (RFC 9110 §5.3 combines field lines into one list; §13.1.2 requires 304)`)
+	d, err := jwksserve.BuildJWKS(history(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/.well-known/jwks.json", nil)
+	r.Header.Add("If-None-Match", `"AAAA"`)
+	r.Header.Add("If-None-Match", d.ETag)
+	w := httptest.NewRecorder()
+	jwksserve.Serve(w, r, d)
+	if w.Code != http.StatusNotModified || w.Body.Len() != 0 {
+		t.Fatalf("status %d with %d bytes, want 304 and no body", w.Code, w.Body.Len())
+	}
+}

@@ -30,20 +30,20 @@ var pgDialect = &dialect{
 // pgClassify recognises unique (23505) and foreign-key (23503) violations
 // and the append-only trigger's exception. Only constraint names are
 // reported: PgError.Detail echoes the offending values.
-func pgClassify(err error) (error, string) {
+func pgClassify(err error) (what string, class error) {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
-		return nil, ""
+		return "", nil
 	}
 	switch {
 	case pe.Code == "23505":
-		return ErrConflict, "unique constraint " + pe.ConstraintName
+		return "unique constraint " + pe.ConstraintName, ErrConflict
 	case pe.Code == "23503":
-		return errMissingKey, pe.ConstraintName
+		return pe.ConstraintName, errMissingKey
 	case pe.Code == "P0001" && strings.Contains(pe.Message, "append-only"):
-		return ErrAuditAppendOnly, pe.Message
+		return pe.Message, ErrAuditAppendOnly
 	}
-	return nil, ""
+	return "", nil
 }
 
 // pgQuerier is what *pgxpool.Pool and pgx.Tx have in common.

@@ -29,20 +29,20 @@ var sqliteDialect = &dialect{
 // sqliteClassify recognises unique/primary-key and foreign-key violations
 // and the append-only triggers' RAISE(ABORT). SQLite's messages name the
 // constraint's columns, never values.
-func sqliteClassify(err error) (error, string) {
+func sqliteClassify(err error) (what string, class error) {
 	var se *sqlite.Error
 	if !errors.As(err, &se) {
-		return nil, ""
+		return "", nil
 	}
 	switch code := se.Code(); {
 	case code == sqlite3.SQLITE_CONSTRAINT_UNIQUE || code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
-		return ErrConflict, se.Error()
+		return se.Error(), ErrConflict
 	case code == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
-		return errMissingKey, se.Error()
+		return se.Error(), errMissingKey
 	case code&0xff == sqlite3.SQLITE_CONSTRAINT && strings.Contains(se.Error(), "append-only"):
-		return ErrAuditAppendOnly, "trigger"
+		return "trigger", ErrAuditAppendOnly
 	}
-	return nil, ""
+	return "", nil
 }
 
 // sqlQuerier is what *sql.DB and *sql.Tx have in common.

@@ -41,7 +41,7 @@ type dialect struct {
 	// classify maps a driver error to ErrConflict, ErrAuditAppendOnly or
 	// errMissingKey, with a secret-free description of the constraint; it
 	// returns a nil class for any other error.
-	classify func(err error) (class error, what string)
+	classify func(err error) (what string, class error)
 }
 
 // errMissingKey classifies a foreign-key violation: the key does not exist.
@@ -141,7 +141,7 @@ func (o ops) check() error {
 // marks the transaction (if any) as failed. Conflicts do not wrap the driver
 // error, whose details could echo values such as token hashes.
 func (o ops) fail(op string, err error) error {
-	class, what := o.d.classify(err)
+	what, class := o.d.classify(err)
 	switch class {
 	case ErrConflict, ErrAuditAppendOnly:
 		err = fmt.Errorf("store: %s: %w (%s)", op, class, what)

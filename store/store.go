@@ -123,6 +123,11 @@ type Reader interface {
 }
 
 // Tx is one explicit transaction. All writes happen through a Tx.
+//
+// A Tx is valid only inside the InTx callback that received it and must not
+// be used from several goroutines at once. After any statement fails (a
+// conflict, for instance) the transaction can only roll back, as on
+// PostgreSQL: InTx returns an error even if the callback swallowed it.
 type Tx interface {
 	Reader
 	// LockKey takes an exclusive lock on the key row until the transaction
@@ -161,5 +166,7 @@ type Store interface {
 // otherwise the SQLite file at SQLitePath.
 type Config struct {
 	PostgresURL string // e.g. "postgres://user@127.0.0.1:5432/db?search_path=x"
-	SQLitePath  string // e.g. "./keysvc-data/keysvc.db"; created if missing
+	// SQLitePath is e.g. "./keysvc-data/keysvc.db"; Migrate creates it
+	// (0600, directory 0700) if missing, Open requires it to exist.
+	SQLitePath string
 }

@@ -59,6 +59,7 @@ func VerifyReceipt(ctx context.Context, receipt []byte, opts Options) Result {
 	if now.IsZero() {
 		now = time.Now()
 	}
+	nowMs := now.UnixMilli()
 	res := Result{
 		ReceiptValid:  true,
 		FullyVerified: true,
@@ -66,7 +67,7 @@ func VerifyReceipt(ctx context.Context, receipt []byte, opts Options) Result {
 		Attestations:  make([]AttestationResult, 0, len(atts)),
 	}
 	for i, att := range atts {
-		r := verifyAttestation(ctx, i, att, now.UnixMilli(), opts.Resolve)
+		r := verifyAttestation(ctx, i, att, nowMs, opts.Resolve)
 		res.FullyVerified = res.FullyVerified && r.Status == StatusVerified
 		res.Attestations = append(res.Attestations, r)
 	}

@@ -258,6 +258,9 @@ Signed a VRP MCP transport assertion with key %q (kid %s):
 Receipt attestation:
   %s
 
+Dev API token (scopes: sign:* admin:keys admin:revoke audit:read), also in %s:
+  %s
+
 Try it yourself:
   export KEYSVC_TOKEN=$(cat %s)
   curl -s -H "Authorization: Bearer $KEYSVC_TOKEN" -H 'Content-Type: application/json' \
@@ -266,6 +269,6 @@ Try it yourself:
   curl -s %s/.well-known/jwks.json
 
 Press Ctrl-C to stop.
-`, base, key, res.KID, res.JWS, att, tokenPath, base, key, base)
+`, base, key, res.KID, res.JWS, att, tokenPath, token, tokenPath, base, key, base)
 	return nil
 }
