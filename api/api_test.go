@@ -153,20 +153,28 @@ func TestAuthMatrix(t *testing.T) {
 	// Per-key signing scopes: sign:alpha may not sign with bravo, nor with
 	// a key that does not exist (403 without revealing whether it exists);
 	// sign:* on a missing key gets 404.
-	for _, path := range []string{"/v1/keys/bravo/sign", "/v1/keys/bravo/mcp-transport", "/v1/keys/nosuchkey/sign"} {
-		resp, body := h.postJSON(path, signAlpha, `{"payload":{},"tool":"t","arguments":{}}`)
+	validBody := func(path string) string {
+		if strings.HasSuffix(path, "/mcp-transport") {
+			return `{"tool":"t","arguments":{}}`
+		}
+		return `{"payload":{}}`
+	}
+	for _, path := range []string{"/v1/keys/bravo/sign", "/v1/keys/bravo/mcp-transport", "/v1/keys/nosuchkey/sign", "/v1/keys/nosuchkey/mcp-transport"} {
+		before := h.snapshot()
+		resp, body := h.postJSON(path, signAlpha, validBody(path))
 		wantError(t, "sign:alpha on "+path, resp, body, http.StatusForbidden, api.CodeForbidden)
+		h.assertUnchanged("sign:alpha on "+path, before)
 	}
 	resp, body := h.postJSON("/v1/keys/bravo/sign", signBravo, `{"payload":{"a":1}}`)
 	wantStatus(t, "sign:bravo on bravo", resp, body, http.StatusOK)
 	// A scope names one key exactly, not every key whose name it prefixes.
 	h.createKey("alpha-2", villa, software.Kind)
 	for _, path := range []string{"/v1/keys/alpha-2/sign", "/v1/keys/alpha-2/mcp-transport"} {
-		resp, body := h.postJSON(path, signAlpha, `{"payload":{},"tool":"t","arguments":{}}`)
+		resp, body := h.postJSON(path, signAlpha, validBody(path))
 		wantError(t, "sign:alpha on "+path, resp, body, http.StatusForbidden, api.CodeForbidden)
+		resp, body = h.postJSON(path, signAll, validBody(path))
+		wantStatus(t, "sign:* on "+path, resp, body, http.StatusOK)
 	}
-	resp, body = h.postJSON("/v1/keys/alpha-2/sign", signAll, `{"payload":{"a":1}}`)
-	wantStatus(t, "sign:* on alpha-2", resp, body, http.StatusOK)
 	resp, body = h.postJSON("/v1/keys/nosuchkey/sign", signAll, `{"payload":{"a":1}}`)
 	wantError(t, "sign:* on a missing key", resp, body, http.StatusNotFound, api.CodeKeyNotFound)
 
@@ -612,7 +620,7 @@ func (h *harness) jwks(name string) (jose.JSONWebKeySet, []byte) {
 // and returns the payload.
 func verifyJOSE(t *testing.T, set jose.JSONWebKeySet, jws, wantKID string) []byte {
 	t.Helper()
-	obj, err := jose.ParseSigned(jws, []jose.SignatureAlgorithm{jose.EdDSA, jose.ES256})
+	obj, err := jose.ParseSignedCompact(jws, []jose.SignatureAlgorithm{jose.EdDSA, jose.ES256})
 	if err != nil {
 		t.Fatalf("go-jose parse %q: %v", jws, err)
 	}

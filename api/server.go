@@ -446,7 +446,7 @@ func (s *Server) mcpTransport(c echo.Context) error {
 	validFor := s.cfg.DefaultValid
 	if req.ValidFor != "" {
 		d, err := time.ParseDuration(req.ValidFor)
-		if err != nil || d <= 0 || d > s.cfg.MaxValidFor {
+		if err != nil || d < time.Second || d > s.cfg.MaxValidFor {
 			return fail(http.StatusBadRequest, CodeInvalidRequest, "valid_for must be a duration between 1s and %s, e.g. \"1h\"", s.cfg.MaxValidFor)
 		}
 		validFor = d

@@ -23,6 +23,7 @@ var pgDialect = &dialect{
 	fsys:      migrations.Postgres,
 	forUpdate: " FOR UPDATE",
 	lockAudit: "SELECT pg_advisory_xact_lock(" + strconv.FormatInt(auditLockKey, 10) + ")",
+	notify:    "SELECT pg_notify(?, ?)",
 	timeArg:   func(t time.Time) any { return t },
 	classify:  pgClassify,
 }
@@ -119,8 +120,16 @@ func openPostgres(ctx context.Context, url string) (Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("store: connect to PostgreSQL: %w", err)
 	}
+	// One NOTIFY channel per schema, so stores sharing a database in
+	// different schemas (tests, tenants) do not wake each other.
+	var schema string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: current schema: %w", err)
+	}
+	channel := "keysvc_lifecycle_" + schema
 	s := &sqlStore{
-		ops: ops{c: pgConn{pool}, d: pgDialect},
+		ops: ops{c: pgConn{pool}, d: pgDialect, channel: channel},
 		begin: func(ctx context.Context) (txConn, error) {
 			tx, err := pool.Begin(ctx)
 			if err != nil {
@@ -133,6 +142,29 @@ func openPostgres(ctx context.Context, url string) (Store, error) {
 			return err
 		},
 		closeFn: func() error { pool.Close(); return nil },
+		watch: func(ctx context.Context, fn func(string)) error {
+			conn, err := pool.Acquire(ctx)
+			if err != nil {
+				return fmt.Errorf("store: watch: %w", err)
+			}
+			// LISTEN state belongs to the session: take the connection out
+			// of the pool for good and close it when done.
+			pc := conn.Hijack()
+			defer pc.Close(context.WithoutCancel(ctx))
+			if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+				return fmt.Errorf("store: listen: %w", err)
+			}
+			for {
+				n, err := pc.WaitForNotification(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return fmt.Errorf("store: watch: %w", err)
+				}
+				fn(n.Payload)
+			}
+		},
 	}
 	if err := checkSchema(ctx, s.ops, pgDialect); err != nil {
 		pool.Close()

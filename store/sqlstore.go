@@ -37,6 +37,7 @@ type dialect struct {
 	fsys      fs.FS               // embedded migrations
 	forUpdate string              // suffix locking the selected key row until commit
 	lockAudit string              // statement serializing AppendAudit; "" if transactions already do
+	notify    string              // statement NOTIFYing a change (args: channel, key); "" if unsupported
 	timeArg   func(time.Time) any // encodes a UTC, µs-truncated instant as a query argument
 	// classify maps a driver error to ErrConflict, ErrAuditAppendOnly or
 	// errMissingKey, with a secret-free description of the constraint; it
@@ -57,14 +58,25 @@ type sqlStore struct {
 	begin   func(ctx context.Context) (txConn, error)
 	raw     func(ctx context.Context, q string, args ...any) error // verbatim SQL (ExecRawForTest)
 	closeFn func() error
+	// watch implements Watch; nil where notifications are unsupported.
+	watch func(ctx context.Context, fn func(keyName string)) error
+}
+
+// Watch implements Store.Watch.
+func (s *sqlStore) Watch(ctx context.Context, fn func(keyName string)) error {
+	if s.watch == nil {
+		return ErrWatchUnsupported
+	}
+	return s.watch(ctx, fn)
 }
 
 // ops implements Reader and the writes of Tx over one conn. tx is non-nil
 // inside a transaction; it records the first failed statement there.
 type ops struct {
-	c  conn
-	d  *dialect
-	tx *txState
+	c       conn
+	d       *dialect
+	tx      *txState
+	channel string // NOTIFY channel of this store (PostgreSQL: per schema)
 }
 
 // txState tracks one InTx transaction.
@@ -89,7 +101,7 @@ func (s *sqlStore) InTx(ctx context.Context, fn func(Tx) error) error {
 		return fmt.Errorf("store: begin transaction: %w", err)
 	}
 	st := &txState{}
-	t := &sqlTx{ops{c: tc, d: s.d, tx: st}}
+	t := &sqlTx{ops{c: tc, d: s.d, tx: st, channel: s.channel}}
 	defer func() {
 		if p := recover(); p != nil {
 			st.done = true
@@ -126,6 +138,15 @@ func (s *sqlStore) TouchToken(ctx context.Context, id string, at time.Time) erro
 
 // sqlTx is a Tx: ops bound to one transaction.
 type sqlTx struct{ ops }
+
+// NotifyChange implements Tx.NotifyChange.
+func (t *sqlTx) NotifyChange(ctx context.Context, keyName string) error {
+	if t.d.notify == "" {
+		return t.check()
+	}
+	_, err := t.exec(ctx, "notify change", t.d.notify, t.channel, keyName)
+	return err
+}
 
 // --- statement plumbing -------------------------------------------------
 

@@ -106,6 +106,8 @@ var (
 	// ErrConflict: a unique constraint refused the write (duplicate key
 	// name, duplicate kid, a second active version of one key, ...).
 	ErrConflict = errors.New("store: conflict")
+	// ErrWatchUnsupported: the store cannot push change notifications.
+	ErrWatchUnsupported = errors.New("store: change notifications not supported; poll instead")
 	// ErrAuditAppendOnly: the audit trail refuses UPDATE and DELETE.
 	ErrAuditAppendOnly = errors.New("store: audit trail is append-only")
 )
@@ -144,6 +146,10 @@ type Tx interface {
 	KIDsWithPrefix(ctx context.Context, prefix string) ([]string, error)
 	// AppendAudit assigns Seq, PrevHash and Hash (see AuditHash) and inserts.
 	AppendAudit(ctx context.Context, ev AuditEvent) (AuditEvent, error)
+	// NotifyChange tells other processes, once this transaction commits,
+	// that key history of keyName changed (PostgreSQL NOTIFY, delivered
+	// only on commit; a no-op on SQLite, where one process owns the file).
+	NotifyChange(ctx context.Context, keyName string) error
 	InsertToken(ctx context.Context, t APIToken) error // ErrConflict on duplicate ID or hash
 	RevokeToken(ctx context.Context, id string, at time.Time) error
 }
@@ -155,6 +161,11 @@ type Store interface {
 	// back otherwise (and on panic). Serializable with respect to other
 	// InTx calls that lock the same key.
 	InTx(ctx context.Context, fn func(Tx) error) error
+	// Watch calls fn with the key name of every change committed by any
+	// process (see Tx.NotifyChange) until ctx ends or the connection fails;
+	// it returns the error then (nil on ctx end). ErrWatchUnsupported on
+	// SQLite: callers fall back to polling.
+	Watch(ctx context.Context, fn func(keyName string)) error
 	// TouchToken records a token's last use; best effort, outside any tx.
 	TouchToken(ctx context.Context, id string, at time.Time) error
 	// Kind returns "postgres" or "sqlite".

@@ -61,6 +61,8 @@
 //     receipt is malformed_receipt. A JWS header or payload with duplicate
 //     names is sig_invalid. The JS reference would silently take the last.
 //     Invalid UTF-8 and trailing data after the JSON value are malformed too.
+//     These parse checks (and the size and depth bounds below) come before
+//     rule 1, so such a receipt is malformed_receipt whatever its version.
 //   - Instants (valid_from, valid_until) are accepted only as RFC 3339
 //     §5.6 date-time: "YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)", T and Z
 //     also in lower case; real calendar dates only; no leap second (:60),

@@ -35,16 +35,12 @@ type cliVector struct {
 	Expected json.RawMessage `json:"expected"`
 }
 
-// TestVerifyCommand builds the keysvc binary once and runs `keysvc verify`
-// as a user would: on every shared receipt vector, with --jwks as a file
-// and as an http URL, from stdin, and with usage errors.
+// TestVerifyCommand runs `keysvc verify` from the built binary
+// (keysvcBinary, built once per test run) as a user would: on every shared
+// receipt vector, with --jwks as a file and as an http URL, from stdin, and
+// with usage errors.
 func TestVerifyCommand(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "keysvc")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := keysvcBinary(t)
 	run := func(t *testing.T, stdin []byte, args ...string) (stdout, stderr string, code int) {
 		t.Helper()
 		cmd := exec.Command(bin, args...)
