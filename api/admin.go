@@ -1,8 +1,10 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,16 +18,20 @@ import (
 
 // KeyInfo describes a key in admin responses.
 type KeyInfo struct {
-	Name      string    `json:"name"`
-	Issuer    string    `json:"issuer"`
-	Algorithm string    `json:"algorithm"`
-	Backend   string    `json:"backend"`
-	JWKSURL   string    `json:"jwks_url"`
-	ActiveKID string    `json:"active_kid,omitempty"`
-	Versions  int       `json:"versions"`
-	CreatedAt time.Time `json:"created_at"`
-	CreatedBy string    `json:"created_by"`
-	Default   bool      `json:"default"`
+	Name      string          `json:"name"`
+	Issuer    string          `json:"issuer"`
+	Algorithm string          `json:"algorithm"`
+	Backend   string          `json:"backend"`
+	JWKSURL   string          `json:"jwks_url"`
+	ActiveKID string          `json:"active_kid,omitempty"`
+	Versions  int             `json:"versions"`
+	CreatedAt time.Time       `json:"created_at"`
+	CreatedBy string          `json:"created_by"`
+	Default   bool            `json:"default"`
+	Policy    rotation.Policy `json:"policy"`
+	// NextKID / NextAt: the pending version and when it activates.
+	NextKID string `json:"next_kid,omitempty"`
+	NextAt  string `json:"next_at,omitempty"`
 }
 
 // VersionInfo describes a key version in admin responses: its published
@@ -41,6 +47,10 @@ func keyInfo(e *rotation.KeyEntry, isDefault bool) KeyInfo {
 		JWKSURL: e.Key.JWKSURL, Versions: len(e.Versions), CreatedAt: e.Key.CreatedAt, CreatedBy: e.Key.CreatedBy, Default: isDefault}
 	if e.Active != nil {
 		k.ActiveKID = e.Active.KID()
+	}
+	k.Policy = e.Policy
+	if e.Next != nil {
+		k.NextKID, k.NextAt = e.Next.KID(), e.NextAt.UTC().Format(time.RFC3339Nano)
 	}
 	return k
 }
@@ -66,12 +76,13 @@ func (s *Server) listKeys(c echo.Context) error {
 
 // createKeyRequest is the body of POST /v1/keys.
 type createKeyRequest struct {
-	Name      string `json:"name"`
-	Issuer    string `json:"issuer"`
-	Algorithm string `json:"algorithm,omitempty"`
-	Backend   string `json:"backend,omitempty"`
-	JWKSURL   string `json:"jwks_url,omitempty"`
-	Reason    string `json:"reason,omitempty"`
+	Name      string         `json:"name"`
+	Issuer    string         `json:"issuer"`
+	Algorithm string         `json:"algorithm,omitempty"`
+	Backend   string         `json:"backend,omitempty"`
+	JWKSURL   string         `json:"jwks_url,omitempty"`
+	Policy    *policyRequest `json:"policy,omitempty"` // reason inside is ignored
+	Reason    string         `json:"reason,omitempty"`
 }
 
 // CreateKeyResponse is the answer of POST /v1/keys.
@@ -86,8 +97,15 @@ func (s *Server) createKey(c echo.Context) error {
 		return err
 	}
 	p := principal(c)
+	var pol rotation.Policy
+	if req.Policy != nil {
+		var err error
+		if pol, err = req.Policy.policy(); err != nil {
+			return err
+		}
+	}
 	_, v, err := s.cfg.Manager.CreateKey(c.Request().Context(), rotation.CreateKeyRequest{
-		Name: req.Name, Issuer: req.Issuer, Algorithm: req.Algorithm, Backend: req.Backend, JWKSURL: req.JWKSURL,
+		Name: req.Name, Issuer: req.Issuer, Algorithm: req.Algorithm, Backend: req.Backend, JWKSURL: req.JWKSURL, Policy: pol,
 	}, rotation.Actor{Name: actorName(p), Reason: req.Reason})
 	if err != nil {
 		return lifecycleError(err)
@@ -119,13 +137,123 @@ func (s *Server) listVersions(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// RotateResponse is the answer of POST /v1/keys/{name}/rotate.
+// RotateResponse is the answer of POST /v1/keys/{name}/rotate. For mode
+// "now", Active is the new active version and Retired the one it replaced;
+// for mode "scheduled", Pending is the new pending version.
 type RotateResponse struct {
-	Active  VersionInfo `json:"active"`
-	Retired VersionInfo `json:"retired"`
+	Mode    string       `json:"mode"`
+	Active  *VersionInfo `json:"active,omitempty"`
+	Retired *VersionInfo `json:"retired,omitempty"`
+	Pending *VersionInfo `json:"pending,omitempty"`
 }
 
+// Rotation modes of POST /v1/keys/{name}/rotate.
+const (
+	RotateNow       = "now"       // emergency: a new version signs immediately
+	RotateScheduled = "scheduled" // publish a pending version; it signs after prepublish
+)
+
 func (s *Server) rotate(c echo.Context) error {
+	var req struct {
+		Mode   string `json:"mode,omitempty"`
+		Reason string `json:"reason,omitempty"`
+	}
+	if c.Request().ContentLength != 0 {
+		if err := s.decodeBody(c, &req); err != nil {
+			return err
+		}
+	}
+	actor := rotation.Actor{Name: actorName(principal(c)), Reason: req.Reason}
+	ctx := c.Request().Context()
+	switch req.Mode {
+	case "", RotateNow:
+		newV, oldV, err := s.cfg.Manager.Rotate(ctx, c.Param("name"), actor)
+		if err != nil {
+			return lifecycleError(err)
+		}
+		a, r, err := versionPair(newV, oldV)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, RotateResponse{Mode: RotateNow, Active: a, Retired: r})
+	case RotateScheduled:
+		v, err := s.cfg.Manager.ScheduleRotation(ctx, c.Param("name"), actor)
+		if err != nil {
+			return lifecycleError(err)
+		}
+		p, err := versionInfo(v)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, RotateResponse{Mode: RotateScheduled, Pending: &p})
+	}
+	return fail(http.StatusBadRequest, CodeInvalidRequest, "mode must be %q or %q", RotateNow, RotateScheduled)
+}
+
+func versionPair(a, b store.KeyVersion) (*VersionInfo, *VersionInfo, error) {
+	ai, err := versionInfo(a)
+	if err != nil {
+		return nil, nil, err
+	}
+	bi, err := versionInfo(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &ai, &bi, nil
+}
+
+// policyRequest is the body of PUT /v1/keys/{name}/policy.
+type policyRequest struct {
+	RotationPeriod string `json:"rotation_period"`
+	Prepublish     string `json:"prepublish,omitempty"`
+	Retention      string `json:"retention,omitempty"`
+	Reason         string `json:"reason,omitempty"`
+}
+
+func parseDurationField(name, v string) (rotation.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fail(http.StatusBadRequest, CodeInvalidRequest, "%s must be a duration such as \"720h\"", name)
+	}
+	return rotation.Duration(d), nil
+}
+
+func (req policyRequest) policy() (rotation.Policy, error) {
+	var p rotation.Policy
+	var err error
+	if p.RotationPeriod, err = parseDurationField("rotation_period", req.RotationPeriod); err != nil {
+		return p, err
+	}
+	if p.Prepublish, err = parseDurationField("prepublish", req.Prepublish); err != nil {
+		return p, err
+	}
+	p.Retention, err = parseDurationField("retention", req.Retention)
+	return p, err
+}
+
+func (s *Server) setPolicy(c echo.Context) error {
+	var req policyRequest
+	if err := s.decodeBody(c, &req); err != nil {
+		return err
+	}
+	p, err := req.policy()
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Manager.SetPolicy(c.Request().Context(), c.Param("name"), p, rotation.Actor{Name: actorName(principal(c)), Reason: req.Reason}); err != nil {
+		return lifecycleError(err)
+	}
+	e, err := s.entry(c.Param("name"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"key": e.Key.Name, "policy": e.Policy})
+}
+
+func (s *Server) activateVersion(c echo.Context) error {
 	var req struct {
 		Reason string `json:"reason,omitempty"`
 	}
@@ -134,19 +262,103 @@ func (s *Server) rotate(c echo.Context) error {
 			return err
 		}
 	}
-	newV, oldV, err := s.cfg.Manager.Rotate(c.Request().Context(), c.Param("name"), rotation.Actor{Name: actorName(principal(c)), Reason: req.Reason})
+	v, err := s.cfg.Manager.Activate(c.Request().Context(), c.Param("kid"), rotation.Actor{Name: actorName(principal(c)), Reason: req.Reason})
 	if err != nil {
 		return lifecycleError(err)
 	}
-	a, err := versionInfo(newV)
+	vi, err := versionInfo(v)
 	if err != nil {
 		return err
 	}
-	r, err := versionInfo(oldV)
+	return c.JSON(http.StatusOK, map[string]any{"active": vi})
+}
+
+// revokeRequest is the body of POST /v1/versions/{kid}/revoke.
+type revokeRequest struct {
+	CompromisedAt string `json:"compromised_at"` // RFC 3339
+	Reason        string `json:"reason"`
+}
+
+// RevokeResponse is the answer of POST /v1/versions/{kid}/revoke.
+type RevokeResponse struct {
+	Revoked VersionInfo  `json:"revoked"`
+	Active  *VersionInfo `json:"active,omitempty"` // set when the revoked version was active
+}
+
+func (s *Server) revokeVersion(c echo.Context) error {
+	var req revokeRequest
+	if err := s.decodeBody(c, &req); err != nil {
+		return err
+	}
+	at, err := time.Parse(time.RFC3339Nano, req.CompromisedAt)
+	if err != nil {
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "compromised_at must be an RFC 3339 date-time")
+	}
+	revoked, next, err := s.cfg.Manager.Revoke(c.Request().Context(), c.Param("kid"), at, req.Reason, rotation.Actor{Name: actorName(principal(c))})
+	if err != nil {
+		return lifecycleError(err)
+	}
+	out := RevokeResponse{}
+	if out.Revoked, err = versionInfo(revoked); err != nil {
+		return err
+	}
+	if next != nil {
+		a, err := versionInfo(*next)
+		if err != nil {
+			return err
+		}
+		out.Active = &a
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// AuditEvent is an audit row as served by GET /v1/audit.
+type AuditEvent struct {
+	Seq      int64           `json:"seq"`
+	At       string          `json:"at"`
+	Actor    string          `json:"actor"`
+	Action   string          `json:"action"`
+	Key      string          `json:"key,omitempty"`
+	KID      string          `json:"kid,omitempty"`
+	Reason   string          `json:"reason,omitempty"`
+	Details  json.RawMessage `json:"details,omitempty"`
+	PrevHash string          `json:"prev_hash"`
+	Hash     string          `json:"hash"`
+}
+
+// AuditEventFrom converts a store row.
+func AuditEventFrom(ev store.AuditEvent) AuditEvent {
+	return AuditEvent{Seq: ev.Seq, At: store.FormatTime(ev.At), Actor: ev.Actor, Action: ev.Action, Key: ev.KeyName,
+		KID: ev.KID, Reason: ev.Reason, Details: json.RawMessage(ev.Details), PrevHash: ev.PrevHash, Hash: ev.Hash}
+}
+
+func (s *Server) listAudit(c echo.Context) error {
+	after, limit := int64(0), 1000
+	if v := c.QueryParam("after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return fail(http.StatusBadRequest, CodeInvalidRequest, "after must be a non-negative integer")
+		}
+		after = n
+	}
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return fail(http.StatusBadRequest, CodeInvalidRequest, "limit must be between 1 and 10000")
+		}
+		limit = n
+	}
+	rows, err := s.cfg.Store.ListAudit(c.Request().Context(), after, limit)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, RotateResponse{Active: a, Retired: r})
+	out := struct {
+		Events []AuditEvent `json:"events"`
+	}{Events: make([]AuditEvent, 0, len(rows))}
+	for _, r := range rows {
+		out.Events = append(out.Events, AuditEventFrom(r))
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 func actorName(p Principal) string { return "token:" + p.TokenID + "(" + p.Name + ")" }
@@ -162,6 +374,12 @@ func lifecycleError(err error) error {
 		return fail(http.StatusNotFound, CodeKeyNotFound, "%s", msg)
 	case errors.Is(err, rotation.ErrNoActive):
 		return fail(http.StatusConflict, CodeNoActiveVersion, "%s", msg)
+	case errors.Is(err, rotation.ErrVersionNotFound):
+		return fail(http.StatusNotFound, CodeVersionNotFound, "%s", msg)
+	case errors.Is(err, rotation.ErrInvalidTransition):
+		return fail(http.StatusConflict, CodeInvalidTransition, "%s", msg)
+	case errors.Is(err, rotation.ErrPendingExists):
+		return fail(http.StatusConflict, CodePendingExists, "%s", msg)
 	case errors.Is(err, rotation.ErrUnknownBackend):
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", msg)
 	case errors.Is(err, backends.ErrUnsupportedAlgorithm):

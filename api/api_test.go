@@ -205,7 +205,7 @@ func nested(depth int, leaf string) string {
 }
 
 func TestBadInput(t *testing.T) {
-	h := newHarness(t, harnessOpts{MaxBodyBytes: limit})
+	h := newHarness(t, harnessOpts{MaxBodyBytes: limit, MaxServedAtSkew: 100 * 365 * 24 * time.Hour})
 	h.createKey("alpha", villa, fixedKind)
 	tok := h.token("all", tokenOK, api.ScopeSignAll, api.ScopeAdminKeys)
 	auth := bearer(tok)
@@ -372,7 +372,7 @@ func TestBadInput(t *testing.T) {
 		{"member names are case-sensitive", mcp, `{"Tool":"t","arguments":{}}`, 400, "unknown_field"},
 		{"unknown field (digest)", dArg, `{"arguments":{},"x":null}`, 400, "unknown_field"},
 		{"unknown field (sep2828)", dSEP, `{"params":{"name":"t","arguments":{}},"name":"t"}`, 400, "unknown_field"},
-		{"unknown field (create key)", keys, `{"name":"x","issuer":"example.org","policy":{}}`, 400, "unknown_field"},
+		{"unknown field (create key)", keys, `{"name":"x","issuer":"example.org","owner":"x"}`, 400, "unknown_field"},
 		{"unknown field (rotate)", rot, `{"why":"x"}`, 400, "unknown_field"},
 		// wrong JSON types
 		{"typ is a number", sign, `{"payload":{},"typ":5}`, 400, "invalid_field"},
@@ -706,7 +706,8 @@ func transportVectors(t *testing.T) []transportCase {
 }
 
 func TestMCPTransportVectors(t *testing.T) {
-	h := newHarness(t, harnessOpts{})
+	// The vectors' served_at lies in 2026-06; allow it (the skew bound has its own test).
+	h := newHarness(t, harnessOpts{MaxServedAtSkew: 100 * 365 * 24 * time.Hour})
 	h.createKey("villa", villa, fixedKind)
 	tok := h.token("node", tokenOK, "sign:villa")
 	kid := h.mgr.Keyring().Keys["villa"].Active.KID()
@@ -1235,4 +1236,30 @@ func TestAuthenticatorNilLogger(t *testing.T) {
 	// Give the background goroutine time to log the failure (before the
 	// fix, (*slog.Logger)(nil).Debug panicked and took the process down).
 	time.Sleep(100 * time.Millisecond)
+}
+
+// TestServedAtSkew: a node may not backdate or postdate served_at beyond
+// the configured clock skew.
+func TestServedAtSkew(t *testing.T) {
+	h := newHarness(t, harnessOpts{MaxServedAtSkew: 10 * time.Minute})
+	h.createKey("villa", villa, fixedKind)
+	tok := h.token("node", tokenOK, "sign:villa")
+	now := time.Now().UTC()
+	for _, c := range []struct {
+		served time.Time
+		status int
+	}{
+		{now.Add(-9 * time.Minute), http.StatusOK},
+		{now.Add(-11 * time.Minute), http.StatusBadRequest},
+		{now.Add(9 * time.Minute), http.StatusOK},
+		{now.Add(11 * time.Minute), http.StatusBadRequest},
+	} {
+		resp, body := h.postJSON("/v1/keys/villa/mcp-transport", tok,
+			`{"tool":"t","arguments":{},"served_at":"`+c.served.Format(time.RFC3339)+`"}`)
+		if c.status == http.StatusBadRequest {
+			wantError(t, "served_at "+c.served.Format(time.RFC3339), resp, body, c.status, api.CodeInvalidRequest)
+		} else {
+			wantStatus(t, "served_at "+c.served.Format(time.RFC3339), resp, body, c.status)
+		}
+	}
 }

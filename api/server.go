@@ -42,6 +42,9 @@ const (
 	CodeInvalidRequest       = "invalid_request"        // 400: a field has a bad value
 	CodeArgumentKeyCollision = "argument_key_collision" // 400: camelCase/snake_case keys collide
 	CodeKeyExists            = "key_exists"             // 409
+	CodeVersionNotFound      = "version_not_found"      // 404: no key version with that kid
+	CodeInvalidTransition    = "invalid_transition"     // 409: lifecycle forbids it (e.g. revoke twice)
+	CodePendingExists        = "pending_exists"         // 409: a scheduled rotation is already pending
 	CodeNoActiveVersion      = "no_active_version"      // 503: key cannot sign right now
 	CodeBackendUnavailable   = "backend_unavailable"    // 503
 	CodeInternal             = "internal"               // 500: details only in the server log
@@ -56,7 +59,10 @@ type Config struct {
 	MaxBodyBytes int64         // default 64 KiB
 	MaxValidFor  time.Duration // upper bound of valid_for; default 24h
 	DefaultValid time.Duration // valid_for when absent; default 1h
-	Now          func() time.Time
+	// MaxServedAtSkew bounds how far a caller-given served_at may lie from
+	// the server's clock, either way (default 5m).
+	MaxServedAtSkew time.Duration
+	Now             func() time.Time
 }
 
 // Server serves the API.
@@ -79,6 +85,9 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxServedAtSkew <= 0 {
+		cfg.MaxServedAtSkew = 5 * time.Minute
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -94,6 +103,9 @@ func New(cfg Config) *Server {
 	e.HEAD("/.well-known/jwks.json", s.defaultJWKS)
 	e.GET("/v1/keys/:name/jwks.json", s.keyJWKS)
 	e.HEAD("/v1/keys/:name/jwks.json", s.keyJWKS)
+	e.GET("/v1/keys/:name/history.json", s.keyHistory)
+	e.GET(WellKnownHistory, s.defaultHistory)
+	e.GET("/.well-known/did.json", s.didDocument)
 
 	// Signing API.
 	e.POST("/v1/keys/:name/sign", s.sign, s.requireKeyScope("sign:"))
@@ -106,6 +118,10 @@ func New(cfg Config) *Server {
 	e.POST("/v1/keys", s.createKey, s.requireScope(ScopeAdminKeys))
 	e.GET("/v1/keys/:name/versions", s.listVersions, s.requireScope(ScopeAdminKeys))
 	e.POST("/v1/keys/:name/rotate", s.rotate, s.requireScope(ScopeAdminKeys))
+	e.PUT("/v1/keys/:name/policy", s.setPolicy, s.requireScope(ScopeAdminKeys))
+	e.POST("/v1/versions/:kid/activate", s.activateVersion, s.requireScope(ScopeAdminKeys))
+	e.POST("/v1/versions/:kid/revoke", s.revokeVersion, s.requireScope(ScopeAdminRevoke))
+	e.GET("/v1/audit", s.listAudit, s.requireScope(ScopeAuditRead))
 	return s
 }
 
@@ -284,7 +300,7 @@ func (s *Server) readyz(c echo.Context) error {
 	}
 	ring := s.cfg.Manager.Keyring()
 	for _, name := range ring.SortedNames() {
-		if ring.Keys[name].Active == nil {
+		if ring.Keys[name].SignerAt(s.cfg.Now()) == nil {
 			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready", "reason": "key " + name + " has no active version"})
 		}
 	}
@@ -304,7 +320,47 @@ func (s *Server) defaultJWKS(c echo.Context) error {
 	if !ok {
 		return fail(http.StatusNotFound, CodeKeyNotFound, "no default key configured yet")
 	}
-	jwksserve.Serve(c.Response(), c.Request(), e.JWKS)
+	s.serveDoc(c, e.JWKS)
+	return nil
+}
+
+// serveDoc serves a precomputed public document with the configured
+// Cache-Control max-age and ETag revalidation.
+func (s *Server) serveDoc(c echo.Context, d jwksserve.Document) {
+	jwksserve.ServeMaxAge(c.Response(), c.Request(), d, int(s.cfg.Manager.JWKSMaxAge()/time.Second))
+}
+
+// WellKnownHistory is the key-history document of the default key.
+const WellKnownHistory = "/.well-known/vrp-key-history.json"
+
+func (s *Server) keyHistory(c echo.Context) error {
+	e, err := s.entry(c.Param("name"))
+	if err != nil {
+		return err
+	}
+	s.serveDoc(c, e.History)
+	return nil
+}
+
+func (s *Server) defaultHistory(c echo.Context) error {
+	ring := s.cfg.Manager.Keyring()
+	e, ok := ring.Keys[ring.Default]
+	if !ok {
+		return fail(http.StatusNotFound, CodeKeyNotFound, "no default key configured yet")
+	}
+	s.serveDoc(c, e.History)
+	return nil
+}
+
+// didDocument serves did:web for the default key's issuer: every published
+// version of every key of that issuer.
+func (s *Server) didDocument(c echo.Context) error {
+	ring := s.cfg.Manager.Keyring()
+	e, ok := ring.Keys[ring.Default]
+	if !ok {
+		return fail(http.StatusNotFound, CodeKeyNotFound, "no default key configured yet")
+	}
+	s.serveDoc(c, ring.DID[e.Key.Issuer])
 	return nil
 }
 
@@ -313,7 +369,7 @@ func (s *Server) keyJWKS(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	jwksserve.Serve(c.Response(), c.Request(), e.JWKS)
+	s.serveDoc(c, e.JWKS)
 	return nil
 }
 
@@ -335,10 +391,11 @@ func (s *Server) activeSigner(name string) (*rotation.KeyEntry, *signer.JWSSigne
 	if err != nil {
 		return nil, nil, err
 	}
-	if e.Active == nil {
+	sg := e.SignerAt(s.cfg.Now())
+	if sg == nil {
 		return nil, nil, fail(http.StatusServiceUnavailable, CodeNoActiveVersion, "key %q has no active version", name)
 	}
-	return e, e.Active, nil
+	return e, sg, nil
 }
 
 func (s *Server) sign(c echo.Context) error {
@@ -435,11 +492,17 @@ func (s *Server) mcpTransport(c echo.Context) error {
 	if len(req.Arguments) == 0 {
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "arguments is required (use {} for none)")
 	}
-	served := s.cfg.Now().UTC().Truncate(time.Second)
+	now := s.cfg.Now()
+	served := now.UTC().Truncate(time.Second)
 	if req.ServedAt != "" {
 		t, err := time.Parse(time.RFC3339Nano, req.ServedAt)
 		if err != nil {
 			return fail(http.StatusBadRequest, CodeInvalidRequest, "served_at must be an RFC 3339 date-time")
+		}
+		// The node asserts when it served the call; it cannot backdate or
+		// postdate that beyond clock skew (the key that signs is today's).
+		if d := t.Sub(now); d < -s.cfg.MaxServedAtSkew || d > s.cfg.MaxServedAtSkew {
+			return fail(http.StatusBadRequest, CodeInvalidRequest, "served_at must lie within %s of the server's time", s.cfg.MaxServedAtSkew)
 		}
 		served = t.UTC()
 	}

@@ -117,18 +117,20 @@ type Version struct {
 	NotBefore     string    `json:"vrp_not_before,omitempty"`
 	NotAfter      string    `json:"vrp_not_after,omitempty"`
 	CompromisedAt string    `json:"vrp_compromised_at,omitempty"`
+	Reason        string    `json:"vrp_revocation_reason,omitempty"`
 	BackendRef    string    `json:"backend_ref"`
 	CreatedAt     time.Time `json:"created_at"`
 }
 
 // CreateKeyRequest is the body of CreateKey.
 type CreateKeyRequest struct {
-	Name      string `json:"name"`
-	Issuer    string `json:"issuer"`
-	Algorithm string `json:"algorithm,omitempty"`
-	Backend   string `json:"backend,omitempty"`
-	JWKSURL   string `json:"jwks_url,omitempty"`
-	Reason    string `json:"reason,omitempty"`
+	Name      string  `json:"name"`
+	Issuer    string  `json:"issuer"`
+	Algorithm string  `json:"algorithm,omitempty"`
+	Backend   string  `json:"backend,omitempty"`
+	JWKSURL   string  `json:"jwks_url,omitempty"`
+	Policy    *Policy `json:"policy,omitempty"`
+	Reason    string  `json:"reason,omitempty"`
 }
 
 // CreateKey creates a key with its first active version.
@@ -159,14 +161,70 @@ func (c *Client) Versions(ctx context.Context, name string) ([]Version, error) {
 	return out.Versions, err
 }
 
-// Rotate retires the active version and activates a new one now.
+// Rotate retires the active version and activates the pending version, or
+// a new one, now (emergency rotation).
 func (c *Client) Rotate(ctx context.Context, name, reason string) (active, retired Version, err error) {
 	var out struct {
 		Active  Version `json:"active"`
 		Retired Version `json:"retired"`
 	}
-	err = c.Do(ctx, http.MethodPost, "/v1/keys/"+url.PathEscape(name)+"/rotate", map[string]string{"reason": reason}, &out)
+	err = c.Do(ctx, http.MethodPost, "/v1/keys/"+url.PathEscape(name)+"/rotate", map[string]string{"mode": "now", "reason": reason}, &out)
 	return out.Active, out.Retired, err
+}
+
+// ScheduleRotation publishes a pending version that activates after the
+// key's prepublish period.
+func (c *Client) ScheduleRotation(ctx context.Context, name, reason string) (pending Version, err error) {
+	var out struct {
+		Pending Version `json:"pending"`
+	}
+	err = c.Do(ctx, http.MethodPost, "/v1/keys/"+url.PathEscape(name)+"/rotate", map[string]string{"mode": "scheduled", "reason": reason}, &out)
+	return out.Pending, err
+}
+
+// Policy is a key's rotation policy; durations as Go duration strings.
+type Policy struct {
+	RotationPeriod string `json:"rotation_period,omitempty"`
+	Prepublish     string `json:"prepublish,omitempty"`
+	Retention      string `json:"retention,omitempty"`
+}
+
+// SetPolicy replaces a key's rotation policy.
+func (c *Client) SetPolicy(ctx context.Context, name string, p Policy, reason string) error {
+	body := map[string]string{"rotation_period": p.RotationPeriod, "prepublish": p.Prepublish, "retention": p.Retention, "reason": reason}
+	return c.Do(ctx, http.MethodPut, "/v1/keys/"+url.PathEscape(name)+"/policy", body, nil)
+}
+
+// Activate promotes a pending version now.
+func (c *Client) Activate(ctx context.Context, kid, reason string) (Version, error) {
+	var out struct {
+		Active Version `json:"active"`
+	}
+	err := c.Do(ctx, http.MethodPost, "/v1/versions/"+url.PathEscape(kid)+"/activate", map[string]string{"reason": reason}, &out)
+	return out.Active, err
+}
+
+// Revoke marks a version compromised at compromisedAt (RFC 3339). When it
+// was active, active is the version that replaced it.
+func (c *Client) Revoke(ctx context.Context, kid, compromisedAt, reason string) (revoked Version, active *Version, err error) {
+	var out struct {
+		Revoked Version  `json:"revoked"`
+		Active  *Version `json:"active"`
+	}
+	err = c.Do(ctx, http.MethodPost, "/v1/versions/"+url.PathEscape(kid)+"/revoke", map[string]string{"compromised_at": compromisedAt, "reason": reason}, &out)
+	return out.Revoked, out.Active, err
+}
+
+// History fetches a key's key-history document ("" name: the default key's
+// well-known alias).
+func (c *Client) History(ctx context.Context, name string) ([]byte, error) {
+	path := "/.well-known/vrp-key-history.json"
+	if name != "" {
+		path = "/v1/keys/" + url.PathEscape(name) + "/history.json"
+	}
+	var raw []byte
+	err := c.Do(ctx, http.MethodGet, path, nil, &raw)
+	return raw, err
 }
 
 // SignResult is the result of Sign.

@@ -134,13 +134,18 @@ func BuildJWKS(versions []store.KeyVersion) (Document, error) {
 // Serve writes d with Cache-Control public, max-age=MaxAge and its ETag,
 // answering 304 Not Modified when If-None-Match names the current ETag
 // (RFC 9110 §13.1.2; "*" and weak comparisons included).
-func Serve(w http.ResponseWriter, r *http.Request, d Document) {
+func Serve(w http.ResponseWriter, r *http.Request, d Document) { ServeMaxAge(w, r, d, MaxAge) }
+
+// ServeMaxAge is Serve with Cache-Control max-age=maxAge seconds (at most
+// MaxAge: the VRP specification §3.1 cap).
+func ServeMaxAge(w http.ResponseWriter, r *http.Request, d Document, maxAge int) {
+	maxAge = min(max(maxAge, 0), MaxAge)
 	h := w.Header()
-	h.Set("Cache-Control", "public, max-age="+strconv.Itoa(MaxAge))
+	h.Set("Cache-Control", "public, max-age="+strconv.Itoa(maxAge))
 	h.Set("ETag", d.ETag)
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
-	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatch(inm, d.ETag) {
+	if inm := strings.Join(r.Header.Values("If-None-Match"), ","); inm != "" && etagMatch(inm, d.ETag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}

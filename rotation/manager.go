@@ -12,6 +12,7 @@ package rotation
 import (
 	"context"
 	"crypto"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,13 @@ var (
 	ErrInvalidRequest = errors.New("invalid request")
 	ErrNoActive       = errors.New("key has no active version")
 	ErrUnknownBackend = errors.New("backend not configured")
+	// ErrVersionNotFound: no key version with that kid.
+	ErrVersionNotFound = errors.New("key version not found")
+	// ErrInvalidTransition: the lifecycle state machine forbids the change
+	// (activating a version that is not pending, revoking twice, ...).
+	ErrInvalidTransition = errors.New("invalid lifecycle transition")
+	// ErrPendingExists: a scheduled rotation is already pending.
+	ErrPendingExists = errors.New("a pending version already exists")
 )
 
 // Manager owns every lifecycle change and the Keyring.
@@ -48,6 +56,7 @@ type Manager struct {
 	// DefaultKey names the key served at /.well-known/jwks.json; when
 	// empty, the oldest key is the default.
 	defaultKey string
+	maxAge     time.Duration // JWKS Cache-Control max-age verifiers may cache for
 
 	mu      sync.Mutex                   // serializes Reload
 	signers map[string]*signer.JWSSigner // by kid; loaded private halves, reused across reloads
@@ -61,6 +70,11 @@ type Config struct {
 	DefaultKey string
 	Now        func() time.Time // defaults to store.Now
 	Logger     *slog.Logger
+	// JWKSMaxAge is the Cache-Control max-age of the published JWKS; a
+	// policy's prepublish must exceed it. 0 means the default and cap,
+	// jwksserve.MaxAge seconds (VRP §3.1); a negative value means max-age=0
+	// (no caching: tests, and deployments that revalidate every fetch).
+	JWKSMaxAge time.Duration
 }
 
 // New returns a Manager with an empty Keyring; call Reload to load history.
@@ -72,6 +86,13 @@ func New(cfg Config) *Manager {
 		log:        cfg.Logger,
 		defaultKey: cfg.DefaultKey,
 		signers:    map[string]*signer.JWSSigner{},
+		maxAge:     cfg.JWKSMaxAge,
+	}
+	switch {
+	case m.maxAge < 0:
+		m.maxAge = 0
+	case m.maxAge == 0 || m.maxAge > jwksserve.MaxAge*time.Second:
+		m.maxAge = jwksserve.MaxAge * time.Second
 	}
 	if m.now == nil {
 		m.now = store.Now
@@ -82,24 +103,48 @@ func New(cfg Config) *Manager {
 	for _, b := range cfg.Backends {
 		m.backends[b.Kind()] = b
 	}
-	m.ring.Store(&Keyring{Keys: map[string]*KeyEntry{}})
+	m.ring.Store(&Keyring{Keys: map[string]*KeyEntry{}, DID: map[string]jwksserve.Document{}})
 	return m
 }
+
+// JWKSMaxAge returns the JWKS Cache-Control max-age in force.
+func (m *Manager) JWKSMaxAge() time.Duration { return m.maxAge }
 
 // Keyring is an immutable snapshot of every key: what the signing path and
 // the public endpoints read. A new snapshot replaces the old one atomically
 // after each change.
 type Keyring struct {
 	Keys    map[string]*KeyEntry
-	Default string // name of the default key ("" when there is none)
+	Default string                        // name of the default key ("" when there is none)
+	DID     map[string]jwksserve.Document // did:web document by issuer
 }
 
 // KeyEntry is one key in a Keyring.
 type KeyEntry struct {
 	Key      store.Key
+	Policy   Policy
 	Versions []store.KeyVersion // oldest first
 	Active   *signer.JWSSigner  // nil when no version is active
-	JWKS     jwksserve.Document // the plain JWKS (revoked versions left out)
+	// Next is the pending version scheduled to activate at NextAt, loaded
+	// ahead of time: from NextAt on, SignerAt returns it, so every replica
+	// switches at the scheduled instant without waiting for the database
+	// transition (which records the same instant).
+	Next    *signer.JWSSigner
+	NextAt  time.Time
+	JWKS    jwksserve.Document // the plain JWKS (published versions only)
+	History jwksserve.Document // every version, with lifecycle members (K2, K4)
+	// published are the JWKS entries, for the did:web document.
+	published []jwksserve.Entry
+}
+
+// SignerAt returns the version that signs at now: the scheduled next
+// version once its activation instant has come, else the active one; nil
+// when the key cannot sign.
+func (e *KeyEntry) SignerAt(now time.Time) *signer.JWSSigner {
+	if e.Next != nil && !now.Before(e.NextAt) {
+		return e.Next
+	}
+	return e.Active
 }
 
 // Keyring returns the current snapshot. Never nil.
@@ -115,36 +160,79 @@ func (m *Manager) Reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ring := &Keyring{Keys: make(map[string]*KeyEntry, len(keys))}
+	now := m.now()
+	ring := &Keyring{Keys: make(map[string]*KeyEntry, len(keys)), DID: map[string]jwksserve.Document{}}
 	oldest := ""
 	var oldestAt time.Time
+	byIssuer := map[string][]jwksserve.Entry{}
+	signing := map[string]bool{} // kids of active and pending versions
 	for _, k := range keys {
 		versions, err := m.store.ListVersions(ctx, k.Name)
 		if err != nil {
 			return err
 		}
-		e := &KeyEntry{Key: k, Versions: versions}
+		pol, err := parsePolicy(k.Policy)
+		if err != nil {
+			return fmt.Errorf("key %s: %w", k.Name, err)
+		}
+		e := &KeyEntry{Key: k, Policy: pol, Versions: versions}
+		var published []store.KeyVersion
 		for _, v := range versions {
-			if v.State != store.StateActive {
-				continue
+			switch {
+			case v.State == store.StateActive:
+				if e.Active, err = m.loadSigner(ctx, k, v); err != nil {
+					return err
+				}
+				signing[v.KID] = true
+			case v.State == store.StatePending && v.ActivatesAt != nil:
+				if e.Next, err = m.loadSigner(ctx, k, v); err != nil {
+					return err
+				}
+				e.NextAt = *v.ActivatesAt
+				signing[v.KID] = true
 			}
-			s, err := m.loadSigner(ctx, k, v)
+			if jwksserve.Published(v, time.Duration(pol.Retention), now) {
+				published = append(published, v)
+			}
+		}
+		if e.JWKS, err = jwksserve.BuildJWKS(published); err != nil {
+			return err
+		}
+		if e.History, err = jwksserve.BuildHistory(k, versions); err != nil {
+			return err
+		}
+		for i := len(published) - 1; i >= 0; i-- {
+			entry, err := jwksserve.EntryFor(published[i])
 			if err != nil {
 				return err
 			}
-			e.Active = s
+			e.published = append(e.published, entry)
 		}
-		if e.JWKS, err = jwksserve.BuildJWKS(versions); err != nil {
-			return err
-		}
+		byIssuer[k.Issuer] = append(byIssuer[k.Issuer], e.published...)
 		ring.Keys[k.Name] = e
 		if oldest == "" || k.CreatedAt.Before(oldestAt) {
 			oldest, oldestAt = k.Name, k.CreatedAt
 		}
 	}
+	for issuer, entries := range byIssuer {
+		doc, err := jwksserve.BuildDID(issuer, entries)
+		if err != nil {
+			return err
+		}
+		ring.DID[issuer] = doc
+	}
 	ring.Default = oldest
 	if m.defaultKey != "" {
-		ring.Default = m.defaultKey
+		ring.Default = ""
+		if _, ok := ring.Keys[m.defaultKey]; ok {
+			ring.Default = m.defaultKey
+		}
+	}
+	// Private halves of versions that can no longer sign leave memory.
+	for kid := range m.signers {
+		if !signing[kid] {
+			delete(m.signers, kid)
+		}
 	}
 	m.ring.Store(ring)
 	return nil
@@ -181,6 +269,7 @@ type CreateKeyRequest struct {
 	Algorithm string // "EdDSA" (default) or "ES256"
 	Backend   string // "software" (default)
 	JWKSURL   string // default "https://<issuer>/.well-known/jwks.json"
+	Policy    Policy // rotation policy; zero: rotate by hand only
 }
 
 // Actor is who asked for a change, and why; recorded in the audit trail.
@@ -232,14 +321,28 @@ func (m *Manager) CreateKey(ctx context.Context, req CreateKeyRequest, actor Act
 	} else if u, err := url.Parse(req.JWKSURL); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.Fragment != "" {
 		return store.Key{}, store.KeyVersion{}, invalid("jwks_url must be an absolute https URL")
 	}
+	if err := req.Policy.Validate(m.maxAge); err != nil {
+		return store.Key{}, store.KeyVersion{}, err
+	}
 	b, ok := m.backends[req.Backend]
 	if !ok {
 		return store.Key{}, store.KeyVersion{}, fmt.Errorf("%w: %q", ErrUnknownBackend, req.Backend)
 	}
 	now := m.now()
 	key := store.Key{Name: req.Name, Issuer: req.Issuer, Algorithm: req.Algorithm, Backend: req.Backend, JWKSURL: req.JWKSURL, CreatedAt: now, CreatedBy: actor.Name}
+	if req.Policy != (Policy{}) {
+		raw, err := json.Marshal(req.Policy)
+		if err != nil {
+			return store.Key{}, store.KeyVersion{}, err
+		}
+		key.Policy = raw
+	}
 	var first store.KeyVersion
 	err := m.store.InTx(ctx, func(tx store.Tx) error {
+		// Lock order everywhere: key row, then issuer, then audit trail.
+		if err := tx.LockIssuer(ctx, key.Issuer); err != nil {
+			return err
+		}
 		if _, err := tx.GetKey(ctx, req.Name); err == nil {
 			return fmt.Errorf("%w: %s", ErrKeyExists, req.Name)
 		} else if !errors.Is(err, store.ErrNotFound) {
@@ -251,10 +354,14 @@ func (m *Manager) CreateKey(ctx context.Context, req CreateKeyRequest, actor Act
 			}
 			return err
 		}
-		if _, err := m.audit(ctx, tx, actor, "key.create", key.Name, "", fmt.Sprintf(`{"issuer":%q,"algorithm":%q,"backend":%q,"jwks_url":%q}`, key.Issuer, key.Algorithm, key.Backend, key.JWKSURL)); err != nil {
+		details, err := json.Marshal(map[string]any{"issuer": key.Issuer, "algorithm": key.Algorithm, "backend": key.Backend, "jwks_url": key.JWKSURL, "policy": req.Policy})
+		if err != nil {
 			return err
 		}
-		v, err := m.newVersion(ctx, tx, b, key, now)
+		if _, err := m.audit(ctx, tx, actor, "key.create", key.Name, "", string(details)); err != nil {
+			return err
+		}
+		v, err := m.newVersion(ctx, tx, b, key, now, actor)
 		if err != nil {
 			return err
 		}
@@ -263,73 +370,30 @@ func (m *Manager) CreateKey(ctx context.Context, req CreateKeyRequest, actor Act
 			return err
 		}
 		first = v
-		_, err = m.audit(ctx, tx, actor, "version.activate", key.Name, v.KID, "")
-		return err
+		if _, err = m.audit(ctx, tx, actor, "version.activate", key.Name, v.KID, ""); err != nil {
+			return err
+		}
+		return tx.NotifyChange(ctx, key.Name)
 	})
 	if err != nil {
 		return store.Key{}, store.KeyVersion{}, err
 	}
 	m.log.Info("key created", "key", key.Name, "issuer", key.Issuer, "kid", first.KID, "actor", actor.Name)
-	return key, first, m.Reload(ctx)
+	m.reloadAfterCommit(ctx)
+	return key, first, nil
 }
 
-// Rotate retires the key's active version and activates a new one at the
-// same instant, in one transaction. It returns the new and the retired
-// version. Errors: ErrKeyNotFound, ErrNoActive, backend errors.
-func (m *Manager) Rotate(ctx context.Context, name string, actor Actor) (newV, oldV store.KeyVersion, err error) {
-	err = m.store.InTx(ctx, func(tx store.Tx) error {
-		key, err := tx.LockKey(ctx, name)
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("%w: %s", ErrKeyNotFound, name)
-		} else if err != nil {
-			return err
-		}
-		b, ok := m.backends[key.Backend]
-		if !ok {
-			return fmt.Errorf("%w: %q", ErrUnknownBackend, key.Backend)
-		}
-		versions, err := tx.ListVersions(ctx, name)
-		if err != nil {
-			return err
-		}
-		found := false
-		for _, v := range versions {
-			if v.State == store.StateActive {
-				oldV, found = v, true
-			}
-		}
-		if !found {
-			return fmt.Errorf("%w: %s", ErrNoActive, name)
-		}
-		now := m.now()
-		oldV.State, oldV.RetiredAt = store.StateRetired, &now
-		if err := tx.UpdateVersion(ctx, oldV); err != nil {
-			return err
-		}
-		if _, err := m.audit(ctx, tx, actor, "version.retire", name, oldV.KID, ""); err != nil {
-			return err
-		}
-		newV, err = m.newVersion(ctx, tx, b, key, now)
-		if err != nil {
-			return err
-		}
-		newV.State, newV.ActivatedAt = store.StateActive, &now
-		if err := tx.InsertVersion(ctx, newV); err != nil {
-			return err
-		}
-		_, err = m.audit(ctx, tx, actor, "version.activate", name, newV.KID, "")
-		return err
-	})
-	if err != nil {
-		return store.KeyVersion{}, store.KeyVersion{}, err
+// reloadAfterCommit refreshes the Keyring after a committed change. The
+// change stands even if this fails; the periodic reload retries.
+func (m *Manager) reloadAfterCommit(ctx context.Context) {
+	if err := m.Reload(ctx); err != nil {
+		m.log.Warn("keyring reload after a committed change failed; retrying on the next reload", "err", err)
 	}
-	m.log.Info("key rotated", "key", name, "new_kid", newV.KID, "retired_kid", oldV.KID, "actor", actor.Name)
-	return newV, oldV, m.Reload(ctx)
 }
 
 // newVersion mints the next kid, creates the key pair in the backend and
 // returns the version (state unset) with a version.create audit row.
-func (m *Manager) newVersion(ctx context.Context, tx store.Tx, b backends.Backend, key store.Key, now time.Time) (store.KeyVersion, error) {
+func (m *Manager) newVersion(ctx context.Context, tx store.Tx, b backends.Backend, key store.Key, now time.Time, actor Actor) (store.KeyVersion, error) {
 	kid, err := nextKID(ctx, tx, key.Issuer, now)
 	if err != nil {
 		return store.KeyVersion{}, err
@@ -346,7 +410,11 @@ func (m *Manager) newVersion(ctx context.Context, tx store.Tx, b backends.Backen
 		KID: kid, KeyName: key.Name, Algorithm: key.Algorithm, BackendRef: h.Ref,
 		SealedPrivateKey: h.Sealed, PublicJWK: jwk, CreatedAt: now, PublishedAt: &now,
 	}
-	_, err = m.audit(ctx, tx, Actor{Name: "keysvc"}, "version.create", key.Name, kid, fmt.Sprintf(`{"backend_ref":%q}`, h.Ref))
+	details, err := json.Marshal(map[string]string{"backend_ref": h.Ref})
+	if err != nil {
+		return store.KeyVersion{}, err
+	}
+	_, err = m.audit(ctx, tx, actor, "version.create", key.Name, kid, string(details))
 	return v, err
 }
 
@@ -354,6 +422,9 @@ func (m *Manager) newVersion(ctx context.Context, tx store.Tx, b backends.Backen
 // highest ever minted for that issuer and UTC day (01 first; three digits
 // after 99). kids are unique in key history, so a kid is never reused.
 func nextKID(ctx context.Context, tx store.Tx, issuer string, now time.Time) (string, error) {
+	if err := tx.LockIssuer(ctx, issuer); err != nil {
+		return "", err
+	}
 	prefix := issuer + "-" + now.UTC().Format("2006-01-02") + "-"
 	existing, err := tx.KIDsWithPrefix(ctx, prefix)
 	if err != nil {

@@ -24,6 +24,7 @@ var pgDialect = &dialect{
 	forUpdate: " FOR UPDATE",
 	lockAudit: "SELECT pg_advisory_xact_lock(" + strconv.FormatInt(auditLockKey, 10) + ")",
 	notify:    "SELECT pg_notify(?, ?)",
+	lockName:  "SELECT pg_advisory_xact_lock(hashtextextended(?, 0))",
 	timeArg:   func(t time.Time) any { return t },
 	classify:  pgClassify,
 }

@@ -38,6 +38,7 @@ type dialect struct {
 	forUpdate string              // suffix locking the selected key row until commit
 	lockAudit string              // statement serializing AppendAudit; "" if transactions already do
 	notify    string              // statement NOTIFYing a change (args: channel, key); "" if unsupported
+	lockName  string              // statement taking a transaction lock on a name (arg: name); "" if transactions already serialize
 	timeArg   func(time.Time) any // encodes a UTC, µs-truncated instant as a query argument
 	// classify maps a driver error to ErrConflict, ErrAuditAppendOnly or
 	// errMissingKey, with a secret-free description of the constraint; it
@@ -138,6 +139,15 @@ func (s *sqlStore) TouchToken(ctx context.Context, id string, at time.Time) erro
 
 // sqlTx is a Tx: ops bound to one transaction.
 type sqlTx struct{ ops }
+
+// LockIssuer implements Tx.LockIssuer.
+func (t *sqlTx) LockIssuer(ctx context.Context, issuer string) error {
+	if t.d.lockName == "" {
+		return t.check()
+	}
+	_, err := t.exec(ctx, "lock issuer", t.d.lockName, "keysvc/issuer/"+issuer)
+	return err
+}
 
 // NotifyChange implements Tx.NotifyChange.
 func (t *sqlTx) NotifyChange(ctx context.Context, keyName string) error {

@@ -142,6 +142,10 @@ type Tx interface {
 	// UpdateVersion overwrites State and the instant fields of the version
 	// with v.KID. ErrNotFound if absent; ErrConflict on a second active.
 	UpdateVersion(ctx context.Context, v KeyVersion) error
+	// LockIssuer serializes, until the transaction ends, every transaction
+	// that mints kids for issuer, across keys and processes (PostgreSQL
+	// advisory lock; SQLite transactions are already exclusive).
+	LockIssuer(ctx context.Context, issuer string) error
 	// KIDsWithPrefix lists every kid (of any key) starting with prefix.
 	KIDsWithPrefix(ctx context.Context, prefix string) ([]string, error)
 	// AppendAudit assigns Seq, PrevHash and Hash (see AuditHash) and inserts.

@@ -14,7 +14,9 @@
 //   - D2: every attestation carries a mandatory validity window
 //     (valid_from, valid_until), checked against Options.Now.
 //   - D3: a transparency-log proof (tlog) is optional; its absence is not a
-//     failure, and this verifier claims nothing log-anchored.
+//     failure, and this verifier claims nothing log-anchored — except, in
+//     the lifecycle-aware verification below, for the signature of a
+//     revoked key version, where a tlog is the required anchor (K4).
 //   - D4: each attestation gets its own status; a receipt can be valid
 //     (receipt_valid) without being fully verified (fully_verified), and
 //     every failure is reported with a code from the error registry.
@@ -34,6 +36,7 @@
 //     missing_validity_window; no signature → unverifiable /
 //     layer_unverifiable; resolver gives no JWKS → unverifiable /
 //     key_unresolvable; signature does not verify → invalid / sig_invalid;
+//     [with a key history: the signing version's lifecycle, below];
 //     now before valid_from → expired / not_yet_valid; now after
 //     valid_until → expired / sig_expired; otherwise verified.
 //  4. fully_verified is true only when every attestation is verified.
@@ -80,9 +83,120 @@
 //     malformed_receipt; a JWS over MaxJWSBytes is sig_invalid; a JWK Set
 //     over MaxJWKSBytes does not parse.
 //   - No input makes the verifier panic; it is fuzzed (FuzzVerifyReceipt,
-//     FuzzVerifyCompactJWS).
+//     with and without a key history, FuzzVerifyCompactJWS,
+//     FuzzParseKeyHistory, FuzzVerifyTlog).
 //
-// The lifecycle error codes (CodeKeyRetiredOutOfWindow, CodeKeyRevoked,
-// CodeTlogRequired) are defined here for the lifecycle-aware verifier that
-// checks a key-history document; VerifyReceipt never returns them.
+// # Lifecycle-aware verification (VRP K2–K4, K6)
+//
+// With Options.History set (a key-history document, ParseKeyHistory),
+// VerifyReceipt also applies the VRP key lifecycle. Without it, the
+// verification is exactly the v1 verification above, and the lifecycle
+// codes never appear.
+//
+//   - Keys: signatures are checked against the usable versions of the
+//     history, revoked ones included; Options.Resolve is not called, so
+//     key_unresolvable does not occur. Every signature must carry a kid
+//     (K1); one without is sig_invalid. The signing version is the entry
+//     whose key verified the signature (its kid is the header kid).
+//   - Usable versions: an entry whose key does not load, that has no kid,
+//     whose kid is on another entry too (K1), whose vrp_key_status is not
+//     pending, active, retired or revoked, whose vrp_not_before,
+//     vrp_not_after or vrp_compromised_at is present but not an RFC 3339
+//     date-time, an active entry without vrp_not_before and a retired one
+//     without vrp_not_before or vrp_not_after are unusable: they are in
+//     KeyHistory.Skipped and their signatures are sig_invalid (as for a key
+//     missing from a JWKS). A revoked entry is the exception: it stays
+//     usable whatever its defects, so that its signatures fail as
+//     key_revoked.
+//   - Order: window (missing_validity_window), signature presence,
+//     signature (sig_invalid), then the lifecycle of the signing version,
+//     then freshness. A lifecycle failure therefore wins over expiry: a
+//     signature the key could not legitimately make is invalid, not merely
+//     expired.
+//   - Claimed signing time T: the attestation's valid_from. A node signs at
+//     served_at and issues the attestation with valid_from = served_at
+//     (VRP MCP profile 1.0; keysvc's signing API), so valid_from is the
+//     signing time the attestation claims. It is outside the signature:
+//     for active and retired versions the window check holds the claim to
+//     the published window; only a transparency-log anchor is independent
+//     evidence, which is why K4 requires one for revoked versions.
+//   - Window bounds are inclusive and judged at whole seconds:
+//     vrp_not_before is rounded down and vrp_not_after up to the second.
+//     keysvc issues valid_from at whole seconds and records activation and
+//     retirement at sub-second precision; without the rounding a signature
+//     made in the first second after a rotation would fall outside its
+//     key's window. The STH timestamp is compared with
+//     vrp_compromised_at exactly.
+//   - active: T >= vrp_not_before, and T <= vrp_not_after when an active
+//     entry has one; else invalid / key_retired_out_of_window.
+//   - retired: vrp_not_before <= T <= vrp_not_after; else invalid /
+//     key_retired_out_of_window.
+//   - pending: the version has never signed legitimately (K3: it is
+//     published before it signs), so any signature is invalid /
+//     key_retired_out_of_window, whatever T.
+//   - revoked (K4): fails closed. Without vrp_compromised_at, or with a
+//     defective lifecycle member: invalid / key_revoked. Without a tlog
+//     member (or with "tlog": null): invalid / tlog_required. Otherwise the
+//     signature is acceptable only when the tlog proof verifies (below),
+//     the Signed Tree Head timestamp is strictly before vrp_compromised_at,
+//     and T is inside [vrp_not_before, vrp_not_after] for the bounds the
+//     entry has; anything else, a bad or unverifiable proof included (it
+//     does not show the signature predates the compromise), is invalid /
+//     key_revoked.
+//   - A tlog member on a signature of a pending, active or retired version
+//     is neither needed nor checked (D3).
+//   - The kid of a lifecycle failure (key_retired_out_of_window,
+//     key_revoked, tlog_required) is reported: the signature did verify,
+//     and the kid names the version whose lifecycle rejected it. sig_invalid
+//     and missing_validity_window keep kid null, as in v1.
+//   - Options.LogKeys are the transparency-log keys the verifier trusts.
+//     Without them no revoked version's signature is acceptable. A key
+//     that is also a key of the history (any entry that loaded) is never
+//     trusted as a log key: the tree head must come from a log key
+//     separate from the node's signing keys.
+//
+// # Transparency-log proofs (VRP Transparency Log v0.1)
+//
+// This package defines the attestation's tlog member in the shape of the
+// VRP Transparency Log v0.1 draft (§4.1 leaf, §8 verification), on an
+// RFC 6962/9162 Merkle tree:
+//
+//	"tlog": {
+//	  "log_id": "did:web:log.example",
+//	  "leaf": {"leaf_version": "vrp-tlog-v0.1", "logged_at": "<RFC 3339>",
+//	           "artifact_type": "vrp_attestation", "artifact_hash": "sha256:<hex>"},
+//	  "leaf_index": 5,
+//	  "tree_size": 8,
+//	  "inclusion_proof": ["<base64url of a 32-byte hash>", ...],
+//	  "sth": "<compact JWS>"
+//	}
+//
+// The STH is a compact JWS with alg EdDSA and a kid, signed by a key of
+// Options.LogKeys, whose payload is {"log_id", "tree_size", "root_hash"
+// (base64url of 32 bytes), "timestamp" (RFC 3339)}; other payload members
+// are ignored. VerifyTlog accepts a tlog member only when all of these
+// hold:
+//
+//   - tlog is an object; log_id is a non-empty string; leaf_index and
+//     tree_size are integer literals (no fraction or exponent) with
+//     0 <= leaf_index < tree_size < 2^64; inclusion_proof is an array of
+//     at most 64 unpadded base64url strings of 32 bytes each.
+//   - leaf has exactly the four members above, leaf_version
+//     "vrp-tlog-v0.1", artifact_type "vrp_attestation", logged_at an
+//     RFC 3339 date-time, and artifact_hash equal to "sha256:" + lower-case
+//     hex of the SHA-256 of the attestation's signature string, the compact
+//     JWS bytes exactly as received (never re-serialized).
+//   - The STH verifies against the Ed25519 keys of LogKeys (EdDSA only; its
+//     key is never taken from the node's history or JWKS); its log_id and
+//     tree_size equal the tlog's; its timestamp parses; logged_at is not
+//     after it.
+//   - The Merkle leaf hash is the RFC 6962 §2.1 leaf hash,
+//     SHA-256(0x00 || leaf bytes), of the RFC 8785 (JCS) bytes of the leaf
+//     object, and the inclusion proof (the RFC 6962 §2.1.1 audit path)
+//     leads from it at leaf_index to the STH's root_hash in a tree of
+//     tree_size leaves (transparency-dev/merkle proof.VerifyInclusion with
+//     rfc6962.DefaultHasher).
+//
+// Every log key of LogKeys is trusted for any log_id: the log_id checks bind
+// the proof to its tree head, not a key to a log.
 package verifier

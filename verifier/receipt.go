@@ -23,8 +23,23 @@ type Options struct {
 	// The zero value means time.Now().
 	Now time.Time
 	// Resolve finds the JWK Set for each signed attestation. A nil
-	// resolver makes every signed attestation key_unresolvable.
+	// resolver makes every signed attestation key_unresolvable. It is not
+	// called when History is set.
 	Resolve JWKSResolver
+	// History, when set, makes the verification lifecycle-aware (VRP K2–K4,
+	// K6): signatures are checked against the usable versions of this
+	// key-history document (revoked ones included), and a signature that
+	// verifies is then judged against its version's lifecycle before
+	// freshness. See the package documentation. nil means the plain v1
+	// verification against Resolve.
+	History *KeyHistory
+	// LogKeys are the public keys of the transparency logs the verifier
+	// trusts to sign Signed Tree Heads (Ed25519 only). Used only with
+	// History, to accept a revoked version's signature anchored before its
+	// compromise (K4). A key that is also a key of History is never
+	// trusted as a log key. nil: no log is trusted, so no signature of a
+	// revoked version is acceptable.
+	LogKeys *JWKS
 }
 
 // VerifyReceipt verifies a VRP receipt envelope v1 (receipt, JSON bytes)
@@ -66,8 +81,12 @@ func VerifyReceipt(ctx context.Context, receipt []byte, opts Options) Result {
 		Errors:        []string{},
 		Attestations:  make([]AttestationResult, 0, len(atts)),
 	}
+	var lc *lifecycle
+	if opts.History != nil {
+		lc = &lifecycle{keys: prepareHistory(opts.History), logKeys: trustedLogKeys(opts.LogKeys, opts.History)}
+	}
 	for i, att := range atts {
-		r := verifyAttestation(ctx, i, att, nowMs, opts.Resolve)
+		r := verifyAttestation(ctx, i, att, nowMs, opts.Resolve, lc)
 		res.FullyVerified = res.FullyVerified && r.Status == StatusVerified
 		res.Attestations = append(res.Attestations, r)
 	}
@@ -115,9 +134,16 @@ func receiptAttestations(record map[string]any) ([]map[string]any, bool) {
 	return atts, true
 }
 
+// lifecycle is the lifecycle-aware state of one VerifyReceipt call.
+type lifecycle struct {
+	keys    *historyKeys
+	logKeys *JWKS // trusted STH keys
+}
+
 // verifyAttestation applies rule 3 (window, signature presence, key
-// resolution, JWS, freshness) to one shape-checked attestation.
-func verifyAttestation(ctx context.Context, index int, att map[string]any, nowMs int64, resolve JWKSResolver) AttestationResult {
+// resolution, JWS, [lifecycle,] freshness) to one shape-checked
+// attestation. lc is nil for the plain v1 verification.
+func verifyAttestation(ctx context.Context, index int, att map[string]any, nowMs int64, resolve JWKSResolver, lc *lifecycle) AttestationResult {
 	r := AttestationResult{Index: index}
 	r.Layer, _ = att["layer"].(string)
 	fail := func(status, code string) AttestationResult {
@@ -136,22 +162,41 @@ func verifyAttestation(ctx context.Context, index int, att map[string]any, nowMs
 		return fail(StatusUnverifiable, CodeLayerUnverifiable)
 	}
 
-	if resolve == nil {
-		return fail(StatusUnverifiable, CodeKeyUnresolvable)
-	}
-	source, _ := att["source"].(string)
-	jwks, err := resolve(ctx, source, att)
-	if err != nil || jwks == nil {
-		return fail(StatusUnverifiable, CodeKeyUnresolvable)
+	var jwks *JWKS
+	if lc != nil {
+		jwks = lc.keys.set
+	} else {
+		if resolve == nil {
+			return fail(StatusUnverifiable, CodeKeyUnresolvable)
+		}
+		source, _ := att["source"].(string)
+		var err error
+		jwks, err = resolve(ctx, source, att)
+		if err != nil || jwks == nil {
+			return fail(StatusUnverifiable, CodeKeyUnresolvable)
+		}
 	}
 
 	v, err := VerifyCompactJWS(sig, jwks)
 	if err != nil {
 		return fail(StatusInvalid, CodeSigInvalid)
 	}
+	if lc != nil && v.KID == "" {
+		// K1: every signature carries a kid, which names its version.
+		return fail(StatusInvalid, CodeSigInvalid)
+	}
 	if v.KID != "" {
 		kid := v.KID
 		r.KID = &kid
+	}
+
+	if lc != nil {
+		// The claimed signing time is valid_from (served_at, D2); it
+		// parsed above.
+		signedAt, _ := ParseInstant(att["valid_from"].(string))
+		if code := lifecycleCode(lc.keys.version[v.Key], signedAt, att, sig, lc.logKeys); code != "" {
+			return fail(StatusInvalid, code)
+		}
 	}
 
 	switch {

@@ -191,7 +191,7 @@ func (b *Backend) Signer(ctx context.Context, kid string, h backends.Handle) (cr
 		if _, isEC := h.Public.(*ecdsa.PublicKey); isEC {
 			p, err := ecdsaFromScalar(secret)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%w: %s: sealed P-256 private key is not a valid scalar", backends.ErrKeyMismatch, kid)
 			}
 			s = p
 		} else {

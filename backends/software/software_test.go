@@ -535,10 +535,6 @@ func sealForTest(t *testing.T, kek, secret []byte, kid string) []byte {
 // valid P-256 scalar (here >= the group order), presented with a P-256
 // public key, does not belong to the key version: ErrKeyMismatch.
 func TestSignerOutOfRangeScalar(t *testing.T) {
-	t.Skip("BUG: software.(*Backend).Signer returns the bare error of ecdsa.ParseRawPrivateKey " +
-		"(\"input overflows the modulus\") when an authenticated blob opens to 32 bytes that are not a valid " +
-		"P-256 scalar and h.Public is an *ecdsa.PublicKey (e.g. an Ed25519 seed >= N presented with a P-256 public key); " +
-		"the error neither wraps backends.ErrKeyMismatch nor names the kid, contrary to Signer's doc comment")
 	kek := fixedKEK(0x5b)
 	b := newBackend(t, kek)
 	const kid = "example.com-2026-05-18-09"

@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	extraCommands = append(extraCommands, newKeysCmd, newTokensCmd, newMigrateCmd)
+	extraCommands = append(extraCommands, newKeysCmd, newTokensCmd, newMigrateCmd, newAuditCmd)
 }
 
 func newKeysCmd() *cobra.Command {
@@ -38,6 +38,7 @@ func newKeysCmd() *cobra.Command {
 	}
 
 	var create client.CreateKeyRequest
+	var createPolicy client.Policy
 	createCmd := &cobra.Command{
 		Use: "create NAME --issuer DOMAIN", Short: "Create a key with its first active version", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -48,6 +49,9 @@ func newKeysCmd() *cobra.Command {
 			ctx, cancel := ctxT(cmd)
 			defer cancel()
 			create.Name = args[0]
+			if createPolicy != (client.Policy{}) {
+				create.Policy = &createPolicy
+			}
 			k, v, err := c.CreateKey(ctx, create)
 			if err != nil {
 				return err
@@ -64,6 +68,7 @@ func newKeysCmd() *cobra.Command {
 	createCmd.Flags().StringVar(&create.Backend, "backend", "software", "key backend")
 	createCmd.Flags().StringVar(&create.JWKSURL, "jwks-url", "", "URL where verifiers fetch this key's JWKS; default https://<issuer>/.well-known/jwks.json")
 	createCmd.Flags().StringVar(&create.Reason, "reason", "", "why (recorded in the audit trail)")
+	policyFlags(createCmd, &createPolicy)
 	_ = createCmd.MarkFlagRequired("issuer")
 
 	listCmd := &cobra.Command{
@@ -108,17 +113,20 @@ func newKeysCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), vs)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KID\tSTATUS\tNOT BEFORE\tNOT AFTER\tBACKEND REF")
+			fmt.Fprintln(tw, "KID\tSTATUS\tNOT BEFORE\tNOT AFTER\tCOMPROMISED AT\tBACKEND REF")
 			for _, v := range vs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.KID, v.Status, dash(v.NotBefore), dash(v.NotAfter), v.BackendRef)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.KID, v.Status, dash(v.NotBefore), dash(v.NotAfter), dash(v.CompromisedAt), v.BackendRef)
 			}
 			return tw.Flush()
 		},
 	}
 
 	var reason string
+	var scheduled bool
 	rotateCmd := &cobra.Command{
-		Use: "rotate NAME", Short: "Retire the active version and activate a new one now", Args: cobra.ExactArgs(1),
+		Use:   "rotate NAME [--scheduled]",
+		Short: "Rotate now (emergency), or publish a pending version that signs after prepublish (--scheduled)",
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := newClient()
 			if err != nil {
@@ -126,6 +134,17 @@ func newKeysCmd() *cobra.Command {
 			}
 			ctx, cancel := ctxT(cmd)
 			defer cancel()
+			if scheduled {
+				p, err := c.ScheduleRotation(ctx, args[0], reason)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), map[string]any{"pending": p})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "scheduled %s\npending: %s (published now, signs from %s)\n", args[0], p.KID, p.NotBefore)
+				return nil
+			}
 			active, retired, err := c.Rotate(ctx, args[0], reason)
 			if err != nil {
 				return err
@@ -138,9 +157,91 @@ func newKeysCmd() *cobra.Command {
 		},
 	}
 	rotateCmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the audit trail)")
+	rotateCmd.Flags().BoolVar(&scheduled, "scheduled", false, "publish the next version as pending; it activates after the key's prepublish period")
 
-	cmd.AddCommand(createCmd, listCmd, versionsCmd, rotateCmd)
+	var activateReason string
+	activateCmd := &cobra.Command{
+		Use: "activate KID", Short: "Promote a pending version now, ahead of its schedule", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := ctxT(cmd)
+			defer cancel()
+			v, err := c.Activate(ctx, args[0], activateReason)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), v)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "active: %s (since %s)\n", v.KID, v.NotBefore)
+			return nil
+		},
+	}
+	activateCmd.Flags().StringVar(&activateReason, "reason", "", "why (recorded in the audit trail)")
+
+	var compromisedAt, revokeReason string
+	revokeCmd := &cobra.Command{
+		Use:   "revoke KID --compromised-at RFC3339 --reason TEXT",
+		Short: "Revoke a compromised version (VRP K4); revoking the active version rotates immediately",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := ctxT(cmd)
+			defer cancel()
+			revoked, active, err := c.Revoke(ctx, args[0], compromisedAt, revokeReason)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"revoked": revoked, "active": active})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked: %s (compromised at %s)\n", revoked.KID, revoked.CompromisedAt)
+			if active != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "active:  %s (since %s)\n", active.KID, active.NotBefore)
+			}
+			return nil
+		},
+	}
+	revokeCmd.Flags().StringVar(&compromisedAt, "compromised-at", "", "when the key was (or may have been) compromised, RFC 3339 (required)")
+	revokeCmd.Flags().StringVar(&revokeReason, "reason", "", "why (required; recorded in key history and the audit trail)")
+	_ = revokeCmd.MarkFlagRequired("compromised-at")
+	_ = revokeCmd.MarkFlagRequired("reason")
+
+	var pol client.Policy
+	var policyReason string
+	policyCmd := &cobra.Command{
+		Use: "policy NAME --rotation-period D [--prepublish D] [--retention D]", Short: "Set a key's rotation policy", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := ctxT(cmd)
+			defer cancel()
+			if err := c.SetPolicy(ctx, args[0], pol, policyReason); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "policy of %s: rotation_period=%s prepublish=%s retention=%s\n", args[0], dash(pol.RotationPeriod), dash(pol.Prepublish), dash(pol.Retention))
+			return nil
+		},
+	}
+	policyFlags(policyCmd, &pol)
+	policyCmd.Flags().StringVar(&policyReason, "reason", "", "why (recorded in the audit trail)")
+
+	cmd.AddCommand(createCmd, listCmd, versionsCmd, rotateCmd, activateCmd, revokeCmd, policyCmd)
 	return cmd
+}
+
+func policyFlags(cmd *cobra.Command, p *client.Policy) {
+	cmd.Flags().StringVar(&p.RotationPeriod, "rotation-period", "", "rotate on this schedule, e.g. 2160h (0 or empty: by hand only)")
+	cmd.Flags().StringVar(&p.Prepublish, "prepublish", "", "publish the next version this long before it signs; must exceed the JWKS max-age (default twice the max-age)")
+	cmd.Flags().StringVar(&p.Retention, "retention", "", "keep retired versions in the JWKS this long after they stop signing (empty: forever)")
 }
 
 func dash(s string) string {
@@ -269,5 +370,82 @@ func newMigrateCmd() *cobra.Command {
 		},
 	}
 	sf.register(cmd)
+	return cmd
+}
+
+func newAuditCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "audit", Short: "Read and verify the hash-chained audit trail (reads key history directly)"}
+	listFlags := &storeFlags{}
+	var asJSON bool
+	var key string
+	listCmd := &cobra.Command{
+		Use: "list [--key NAME] [--json]", Short: "List audit events, oldest first", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := listFlags.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			rows, err := st.ListAudit(cmd.Context(), 0, 0)
+			if err != nil {
+				return err
+			}
+			var out []api.AuditEvent
+			for _, r := range rows {
+				if key == "" || r.KeyName == key {
+					out = append(out, api.AuditEventFrom(r))
+				}
+			}
+			if asJSON {
+				if out == nil {
+					out = []api.AuditEvent{}
+				}
+				return printJSON(cmd.OutOrStdout(), out)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SEQ\tAT\tACTOR\tACTION\tKEY\tKID\tREASON")
+			for _, e := range out {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%q\n", e.Seq, e.At, e.Actor, e.Action, dash(e.Key), dash(e.KID), e.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+	listFlags.register(listCmd)
+	listCmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	listCmd.Flags().StringVar(&key, "key", "", "only events of this key")
+
+	verifyFlags := &storeFlags{}
+	verifyCmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Check the audit hash chain; exit 1 naming the first broken row",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := verifyFlags.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			rows, err := st.ListAudit(cmd.Context(), 0, 0)
+			if err != nil {
+				return err
+			}
+			broken, err := store.VerifyAuditChain(rows)
+			if err != nil {
+				return err
+			}
+			if broken != 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "audit chain BROKEN at row %d (of %d): the row, or one before it, was altered or removed\n", broken, len(rows))
+				return exitError{code: 1}
+			}
+			head := ""
+			if len(rows) > 0 {
+				head = rows[len(rows)-1].Hash
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "audit chain intact: %d rows, head %s\n", len(rows), head)
+			return nil
+		},
+	}
+	verifyFlags.register(verifyCmd)
+	cmd.AddCommand(listCmd, verifyCmd)
 	return cmd
 }

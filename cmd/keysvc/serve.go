@@ -43,6 +43,9 @@ type serveOptions struct {
 	defaultKey   string
 	reloadEvery  time.Duration
 	maxBodyBytes int64
+	jwksMaxAge   time.Duration
+	schedEvery   time.Duration
+	servedAtSkew time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -72,11 +75,21 @@ assertion through its own HTTP API once it is listening.`,
 	f.StringVar(&o.defaultKey, "default-key", envOr("KEYSVC_DEFAULT_KEY", ""), "key served at /.well-known/jwks.json (env KEYSVC_DEFAULT_KEY); default: the oldest key")
 	f.DurationVar(&o.reloadEvery, "reload-interval", 5*time.Second, "how often to re-read key history and tokens written by other processes")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 64<<10, "largest accepted request body")
+	f.DurationVar(&o.jwksMaxAge, "jwks-max-age", 300*time.Second, "Cache-Control max-age of the public JWKS (at most 5m, VRP §3.1; 0 disables caching); a rotation policy's prepublish must exceed it")
+	f.DurationVar(&o.schedEvery, "scheduler-interval", time.Second, "how often the rotation scheduler checks policies (it also wakes at each due instant)")
+	f.DurationVar(&o.servedAtSkew, "max-served-at-skew", 5*time.Minute, "how far a caller-given served_at may lie from the server's clock, either way")
 	return cmd
 }
 
 func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if o.jwksMaxAge < 0 || o.jwksMaxAge > 5*time.Minute || o.jwksMaxAge%time.Second != 0 {
+		return fmt.Errorf("--jwks-max-age %s: must be whole seconds between 0s and 5m (VRP §3.1 caps JWKS caching at 5 minutes)", o.jwksMaxAge)
+	}
+	maxAge := o.jwksMaxAge
+	if maxAge == 0 {
+		maxAge = -1 // rotation.Config: negative means no caching
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -111,7 +124,7 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	}
 	defer st.Close()
 
-	mgr := rotation.New(rotation.Config{Store: st, Backends: []backends.Backend{soft}, DefaultKey: o.defaultKey, Logger: log})
+	mgr := rotation.New(rotation.Config{Store: st, Backends: []backends.Backend{soft}, DefaultKey: o.defaultKey, Logger: log, JWKSMaxAge: maxAge})
 	if err := mgr.Reload(ctx); err != nil {
 		return fmt.Errorf("loading key history: %w", err)
 	}
@@ -135,7 +148,7 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	}
 
 	srv := &http.Server{
-		Handler:           api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes}).Handler(),
+		Handler:           api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes, MaxServedAtSkew: o.servedAtSkew}).Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      15 * time.Second,
@@ -152,6 +165,8 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 
 	go auth.Run(ctx, o.reloadEvery)
 	go reloadLoop(ctx, mgr, log, o.reloadEvery)
+	go mgr.Watch(ctx)
+	go mgr.RunScheduler(ctx, o.schedEvery)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 

@@ -1,0 +1,481 @@
+package rotation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/keysvc/keysvc/store"
+)
+
+// The lifecycle state machine of a key version (VRP K2–K4):
+//
+//	(new) ──schedule──▶ pending ──activate (at ActivatesAt, or early)──▶ active
+//	(new) ──rotate now / create──────────────────────────────────────────▶ active
+//	active ──next version activates──▶ retired
+//	pending | active | retired ──revoke──▶ revoked (terminal)
+//
+// At most one version per key is active (a unique index) and at most one is
+// pending. When a version activates, the previous active version retires at
+// the same instant: vrp_not_after of the old equals vrp_not_before of the
+// new, so the published windows never leave a gap. Every transition runs in
+// one transaction holding the key's row lock, re-reads the versions under
+// that lock (so of several replicas exactly one performs a due transition
+// and the others find nothing to do), writes its audit rows, and notifies
+// the other replicas on commit.
+
+// keyState is a key's versions as read under its lock.
+type keyState struct {
+	key      store.Key
+	policy   Policy
+	versions []store.KeyVersion
+	active   *store.KeyVersion
+	pending  *store.KeyVersion
+}
+
+func (m *Manager) readState(ctx context.Context, tx store.Tx, name string) (*keyState, error) {
+	key, err := tx.LockKey(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrKeyNotFound, name)
+	} else if err != nil {
+		return nil, err
+	}
+	pol, err := parsePolicy(key.Policy)
+	if err != nil {
+		return nil, err
+	}
+	versions, err := tx.ListVersions(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	st := &keyState{key: key, policy: pol, versions: versions}
+	for i := range versions {
+		switch versions[i].State {
+		case store.StateActive:
+			st.active = &versions[i]
+		case store.StatePending:
+			st.pending = &versions[i]
+		}
+	}
+	return st, nil
+}
+
+// transition runs fn under the key's lock in one transaction, notifies the
+// other replicas on commit and reloads the Keyring.
+func (m *Manager) transition(ctx context.Context, name string, fn func(tx store.Tx, st *keyState, now time.Time) error) error {
+	err := m.store.InTx(ctx, func(tx store.Tx) error {
+		st, err := m.readState(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx, st, st.clamp(m.now())); err != nil {
+			return err
+		}
+		return tx.NotifyChange(ctx, name)
+	})
+	if err != nil {
+		return err
+	}
+	crashPoint("transition.committed")
+	m.reloadAfterCommit(ctx)
+	return nil
+}
+
+// clamp returns now, or the latest instant recorded for the key if now is
+// earlier (a replica whose clock is behind): lifecycle windows never run
+// backwards and versions stay ordered by creation.
+func (st *keyState) clamp(now time.Time) time.Time {
+	for _, v := range st.versions {
+		for _, t := range []*time.Time{&v.CreatedAt, v.PublishedAt, v.ActivatedAt, v.RetiredAt, v.RevokedAt} {
+			if t != nil && now.Before(*t) {
+				now = *t
+			}
+		}
+	}
+	return now
+}
+
+// activate makes next the active version at instant at, retiring the
+// current active version (if any) at the same instant.
+func (m *Manager) activate(ctx context.Context, tx store.Tx, st *keyState, next store.KeyVersion, at time.Time, actor Actor) (store.KeyVersion, error) {
+	if st.active != nil {
+		old := *st.active
+		old.State, old.RetiredAt = store.StateRetired, &at
+		if err := tx.UpdateVersion(ctx, old); err != nil {
+			return store.KeyVersion{}, err
+		}
+		if _, err := m.audit(ctx, tx, actor, "version.retire", st.key.Name, old.KID, ""); err != nil {
+			return store.KeyVersion{}, err
+		}
+		*st.active = old
+	}
+	next.State, next.ActivatedAt = store.StateActive, &at
+	crashPoint("activate.before-commit")
+	return next, nil
+}
+
+// mintVersion creates a key pair in the backend for a new version of the
+// key; the caller sets its state and inserts it in the same transaction.
+func (m *Manager) mintVersion(ctx context.Context, tx store.Tx, st *keyState, now time.Time, actor Actor) (store.KeyVersion, error) {
+	b, ok := m.backends[st.key.Backend]
+	if !ok {
+		return store.KeyVersion{}, fmt.Errorf("%w: %q", ErrUnknownBackend, st.key.Backend)
+	}
+	v, err := m.newVersion(ctx, tx, b, st.key, now, actor)
+	if err != nil {
+		return store.KeyVersion{}, err
+	}
+	crashPoint("version.created")
+	return v, nil
+}
+
+// Rotate is an immediate (emergency) rotation: the key's pending version,
+// if there is one, or else a new version activates now, and the active
+// version retires at the same instant. It returns the new and the retired
+// version. Errors: ErrKeyNotFound, ErrNoActive, backend errors.
+func (m *Manager) Rotate(ctx context.Context, name string, actor Actor) (newV, oldV store.KeyVersion, err error) {
+	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		if st.active == nil {
+			return fmt.Errorf("%w: %s", ErrNoActive, name)
+		}
+		newV, err = m.rotateNow(ctx, tx, st, now, actor)
+		oldV = *st.active
+		return err
+	})
+	if err != nil {
+		return store.KeyVersion{}, store.KeyVersion{}, err
+	}
+	m.log.Info("key rotated", "key", name, "new_kid", newV.KID, "retired_kid", oldV.KID, "actor", actor.Name)
+	return newV, oldV, nil
+}
+
+// rotateNow activates the pending version (published already, so cached
+// JWKS copies may hold it) or a freshly minted one at now.
+func (m *Manager) rotateNow(ctx context.Context, tx store.Tx, st *keyState, now time.Time, actor Actor) (store.KeyVersion, error) {
+	if st.pending != nil {
+		next, err := m.activate(ctx, tx, st, *st.pending, now, actor)
+		if err != nil {
+			return next, err
+		}
+		if err := tx.UpdateVersion(ctx, next); err != nil {
+			return next, err
+		}
+		_, err = m.audit(ctx, tx, actor, "version.activate", st.key.Name, next.KID, "")
+		return next, err
+	}
+	v, err := m.mintVersion(ctx, tx, st, now, actor)
+	if err != nil {
+		return v, err
+	}
+	next, err := m.activate(ctx, tx, st, v, now, actor)
+	if err != nil {
+		return next, err
+	}
+	if err := tx.InsertVersion(ctx, next); err != nil {
+		return next, err
+	}
+	_, err = m.audit(ctx, tx, actor, "version.activate", st.key.Name, next.KID, "")
+	return next, err
+}
+
+// ScheduleRotation publishes a new pending version that activates after the
+// key's prepublish period (K3). Errors: ErrKeyNotFound, ErrPendingExists.
+func (m *Manager) ScheduleRotation(ctx context.Context, name string, actor Actor) (store.KeyVersion, error) {
+	var v store.KeyVersion
+	err := m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		if st.pending != nil {
+			return fmt.Errorf("%w: %s activates at %s", ErrPendingExists, st.pending.KID, st.pending.ActivatesAt.Format(time.RFC3339))
+		}
+		var err error
+		v, err = m.prepublish(ctx, tx, st, now, now.Add(st.policy.EffectivePrepublish(m.maxAge)), actor)
+		return err
+	})
+	return v, err
+}
+
+// prepublish mints a pending version that activates at at.
+func (m *Manager) prepublish(ctx context.Context, tx store.Tx, st *keyState, now, at time.Time, actor Actor) (store.KeyVersion, error) {
+	v, err := m.mintVersion(ctx, tx, st, now, actor)
+	if err != nil {
+		return v, err
+	}
+	v.State, v.ActivatesAt = store.StatePending, &at
+	if err := tx.InsertVersion(ctx, v); err != nil {
+		return v, err
+	}
+	details, _ := json.Marshal(map[string]string{"activates_at": at.UTC().Format(time.RFC3339Nano)})
+	if _, err := m.audit(ctx, tx, actor, "version.prepublish", st.key.Name, v.KID, string(details)); err != nil {
+		return v, err
+	}
+	crashPoint("prepublish.before-commit")
+	return v, nil
+}
+
+// Activate promotes a pending version now, ahead of its schedule.
+// Errors: ErrVersionNotFound, ErrInvalidTransition (not pending).
+func (m *Manager) Activate(ctx context.Context, kid string, actor Actor) (store.KeyVersion, error) {
+	name, err := m.keyOf(ctx, kid)
+	if err != nil {
+		return store.KeyVersion{}, err
+	}
+	var out store.KeyVersion
+	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		if st.pending == nil || st.pending.KID != kid {
+			return fmt.Errorf("%w: %s is not pending", ErrInvalidTransition, kid)
+		}
+		var err error
+		if out, err = m.activate(ctx, tx, st, *st.pending, now, actor); err != nil {
+			return err
+		}
+		if err := tx.UpdateVersion(ctx, out); err != nil {
+			return err
+		}
+		_, err = m.audit(ctx, tx, actor, "version.activate", name, kid, "")
+		return err
+	})
+	return out, err
+}
+
+// Revoke marks a version compromised (K4): state revoked, with
+// vrp_compromised_at and the reason. Revoking the active version first
+// rotates immediately (activating the pending version if any, else a new
+// one), so signing never stops. compromisedAt must not be in the future and
+// reason is required. It returns the revoked version and, when a rotation
+// happened, the newly active one. Errors: ErrVersionNotFound,
+// ErrInvalidRequest, ErrInvalidTransition (already revoked).
+func (m *Manager) Revoke(ctx context.Context, kid string, compromisedAt time.Time, reason string, actor Actor) (revoked store.KeyVersion, replacement *store.KeyVersion, err error) {
+	if strings.TrimSpace(reason) == "" {
+		return revoked, nil, invalid("a revocation reason is required")
+	}
+	if compromisedAt.IsZero() {
+		return revoked, nil, invalid("compromised_at is required")
+	}
+	name, err := m.keyOf(ctx, kid)
+	if err != nil {
+		return revoked, nil, err
+	}
+	compromisedAt = compromisedAt.UTC().Truncate(store.Precision)
+	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		if compromisedAt.After(now) {
+			return invalid("compromised_at %s is in the future", compromisedAt.Format(time.RFC3339))
+		}
+		var target *store.KeyVersion
+		for i := range st.versions {
+			if st.versions[i].KID == kid {
+				target = &st.versions[i]
+			}
+		}
+		if target == nil {
+			return fmt.Errorf("%w: %s", ErrVersionNotFound, kid)
+		}
+		if target.State == store.StateRevoked {
+			return fmt.Errorf("%w: %s is already revoked", ErrInvalidTransition, kid)
+		}
+		wasActive := target.State == store.StateActive
+		if wasActive {
+			next, err := m.rotateNow(ctx, tx, st, now, actor)
+			if err != nil {
+				return err
+			}
+			replacement = &next
+			*target = *st.active // now retired at now
+		}
+		if target.State == store.StatePending {
+			st.pending = nil
+		}
+		prev := target.State
+		target.State, target.RevokedAt, target.CompromisedAt, target.RevocationReason = store.StateRevoked, &now, &compromisedAt, reason
+		if err := tx.UpdateVersion(ctx, *target); err != nil {
+			return err
+		}
+		details, _ := json.Marshal(map[string]string{"compromised_at": compromisedAt.Format(time.RFC3339Nano), "previous_state": string(prev)})
+		if _, err := m.audit(ctx, tx, Actor{Name: actor.Name, Reason: reason}, "version.revoke", name, kid, string(details)); err != nil {
+			return err
+		}
+		revoked = *target
+		return nil
+	})
+	if err != nil {
+		return store.KeyVersion{}, nil, err
+	}
+	m.log.Warn("key version revoked", "key", name, "kid", kid, "compromised_at", compromisedAt, "actor", actor.Name)
+	return revoked, replacement, nil
+}
+
+// SetPolicy replaces a key's rotation policy (validated against the JWKS
+// max-age) and audits the change.
+func (m *Manager) SetPolicy(ctx context.Context, name string, p Policy, actor Actor) error {
+	if err := p.Validate(m.maxAge); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		if err := tx.UpdateKeyPolicy(ctx, name, raw); err != nil {
+			return err
+		}
+		_, err := m.audit(ctx, tx, actor, "key.policy", name, "", string(raw))
+		return err
+	})
+}
+
+func (m *Manager) keyOf(ctx context.Context, kid string) (string, error) {
+	v, err := m.store.GetVersion(ctx, kid)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", fmt.Errorf("%w: %s", ErrVersionNotFound, kid)
+	}
+	return v.KeyName, err
+}
+
+// schedulerActor is the actor recorded for scheduled transitions.
+var schedulerActor = Actor{Name: "keysvc-scheduler", Reason: "rotation policy"}
+
+// due returns when key e next needs the scheduler: its pending version's
+// activation, or the instant its next version must be prepublished. ok is
+// false when nothing is scheduled.
+func (m *Manager) due(e *KeyEntry) (at time.Time, ok bool) {
+	var pending, active *store.KeyVersion
+	for i := range e.Versions {
+		switch e.Versions[i].State {
+		case store.StatePending:
+			pending = &e.Versions[i]
+		case store.StateActive:
+			active = &e.Versions[i]
+		}
+	}
+	switch {
+	case pending != nil && pending.ActivatesAt != nil:
+		return *pending.ActivatesAt, true
+	case pending == nil && active != nil && active.ActivatedAt != nil && e.Policy.RotationPeriod > 0:
+		return active.ActivatedAt.Add(time.Duration(e.Policy.RotationPeriod) - e.Policy.EffectivePrepublish(m.maxAge)), true
+	}
+	return time.Time{}, false
+}
+
+// Tick performs every due scheduled transition: prepublishing the next
+// version of keys whose active version is within prepublish of its
+// rotation period, and activating pending versions whose time has come
+// (at their scheduled instant, which is also when every replica switched
+// to them). It returns how many transitions it made.
+func (m *Manager) Tick(ctx context.Context) (int, error) {
+	ring := m.Keyring()
+	now := m.now()
+	n := 0
+	var errs []error
+	for _, name := range ring.SortedNames() {
+		if at, ok := m.due(ring.Keys[name]); !ok || now.Before(at) {
+			continue
+		}
+		err := m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+			switch {
+			case st.pending != nil && st.pending.ActivatesAt != nil && !now.Before(*st.pending.ActivatesAt):
+				next, err := m.activate(ctx, tx, st, *st.pending, *st.pending.ActivatesAt, schedulerActor)
+				if err != nil {
+					return err
+				}
+				if err := tx.UpdateVersion(ctx, next); err != nil {
+					return err
+				}
+				if _, err := m.audit(ctx, tx, schedulerActor, "version.activate", name, next.KID, ""); err != nil {
+					return err
+				}
+				n++
+			case st.pending == nil && st.active != nil && st.active.ActivatedAt != nil && st.policy.RotationPeriod > 0:
+				pre := st.policy.EffectivePrepublish(m.maxAge)
+				at := st.active.ActivatedAt.Add(time.Duration(st.policy.RotationPeriod))
+				if now.Before(at.Add(-pre)) {
+					return nil // another replica did it, or the policy changed
+				}
+				if earliest := now.Add(pre); at.Before(earliest) {
+					at = earliest // never sign before being published for prepublish
+				}
+				if _, err := m.prepublish(ctx, tx, st, now, at, schedulerActor); err != nil {
+					return err
+				}
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("key %s: %w", name, err))
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// RunScheduler calls Tick until ctx ends: at each key's next due instant,
+// and at least every interval (which also picks up policy changes).
+func (m *Manager) RunScheduler(ctx context.Context, interval time.Duration) {
+	for {
+		if _, err := m.Tick(ctx); err != nil && ctx.Err() == nil {
+			m.log.Error("scheduled rotation failed", "err", err)
+		}
+		wait := interval
+		ring := m.Keyring()
+		now := m.now()
+		for _, e := range ring.Keys {
+			if at, ok := m.due(e); ok {
+				if d := at.Sub(now); d < wait {
+					wait = max(d, time.Millisecond)
+				}
+			}
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Watch reloads the Keyring whenever another process commits a lifecycle
+// change (PostgreSQL LISTEN/NOTIFY), reconnecting with backoff until ctx
+// ends. On stores without notifications it returns at once; the caller's
+// polling reload covers them.
+func (m *Manager) Watch(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		// Changes committed while we were not listening are picked up here.
+		if err := m.Reload(ctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("key history reload failed", "err", err)
+		}
+		err := m.store.Watch(ctx, func(string) {
+			if err := m.Reload(ctx); err != nil && ctx.Err() == nil {
+				m.log.Warn("key history reload failed", "err", err)
+			}
+		})
+		if errors.Is(err, store.ErrWatchUnsupported) || ctx.Err() != nil {
+			return
+		}
+		m.log.Warn("change notifications interrupted; polling until reconnected", "err", err)
+		if time.Since(start) > 30*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+// crashPoint kills the process with SIGKILL when $KEYSVC_TEST_CRASH_AT
+// names this point — the fault-injection hook of the crash-safety tests.
+// Unset in production; it can only end this process.
+func crashPoint(name string) {
+	if os.Getenv("KEYSVC_TEST_CRASH_AT") == name {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+}
