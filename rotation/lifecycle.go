@@ -334,6 +334,13 @@ func (m *Manager) keyOf(ctx context.Context, kid string) (string, error) {
 	return v.KeyName, err
 }
 
+// prepublishLead: the scheduler publishes the next version prepublishLead
+// prepublish periods before its activation, so a scheduler that runs late
+// (load, a restart, a slow replica) still publishes it at least prepublish
+// ahead and the activation keeps its exact place one rotation period after
+// the previous one.
+const prepublishLead = 2
+
 // schedulerActor is the actor recorded for scheduled transitions.
 var schedulerActor = Actor{Name: "keysvc-scheduler", Reason: "rotation policy"}
 
@@ -354,7 +361,7 @@ func (m *Manager) due(e *KeyEntry) (at time.Time, ok bool) {
 	case pending != nil && pending.ActivatesAt != nil:
 		return *pending.ActivatesAt, true
 	case pending == nil && active != nil && active.ActivatedAt != nil && e.Policy.RotationPeriod > 0:
-		return active.ActivatedAt.Add(time.Duration(e.Policy.RotationPeriod) - e.Policy.EffectivePrepublish(m.maxAge)), true
+		return active.ActivatedAt.Add(time.Duration(e.Policy.RotationPeriod) - prepublishLead*e.Policy.EffectivePrepublish(m.maxAge)), true
 	}
 	return time.Time{}, false
 }
@@ -390,7 +397,7 @@ func (m *Manager) Tick(ctx context.Context) (int, error) {
 			case st.pending == nil && st.active != nil && st.active.ActivatedAt != nil && st.policy.RotationPeriod > 0:
 				pre := st.policy.EffectivePrepublish(m.maxAge)
 				at := st.active.ActivatedAt.Add(time.Duration(st.policy.RotationPeriod))
-				if now.Before(at.Add(-pre)) {
+				if now.Before(at.Add(-prepublishLead * pre)) {
 					return nil // another replica did it, or the policy changed
 				}
 				if earliest := now.Add(pre); at.Before(earliest) {

@@ -34,7 +34,9 @@ type Policy struct {
 	RotationPeriod Duration `json:"rotation_period,omitempty"`
 	// Prepublish is how long the next version is published as pending
 	// before it signs. It must exceed the JWKS Cache-Control max-age, so
-	// every verifier's cached JWKS holds a version before it signs.
+	// every verifier's cached JWKS holds a version before it signs. The
+	// scheduler publishes the next version twice this long before its
+	// activation, so a late scheduler still honours it.
 	// 0 means the default: twice the max-age (at least one second).
 	Prepublish Duration `json:"prepublish,omitempty"`
 	// Retention is how long a retired version stays in the plain JWKS

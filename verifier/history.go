@@ -97,14 +97,6 @@ func ParseKeyHistory(data []byte) (*KeyHistory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("verifier: key history: %w", err)
 	}
-	h := &KeyHistory{Versions: []*KeyVersion{}}
-	for name, dst := range map[string]*string{"issuer": &h.Issuer, "key": &h.Key} {
-		if raw, ok := top[name]; ok {
-			if err := json.Unmarshal(raw, dst); err != nil {
-				return nil, fmt.Errorf("verifier: key history %s is not a string", name)
-			}
-		}
-	}
 	rawKeys, ok := top["keys"]
 	if !ok {
 		return nil, errors.New("verifier: key history has no keys member")
@@ -112,6 +104,17 @@ func ParseKeyHistory(data []byte) (*KeyHistory, error) {
 	var entries []json.RawMessage
 	if err := json.Unmarshal(rawKeys, &entries); err != nil {
 		return nil, errors.New("verifier: key history keys is not an array")
+	}
+	h := &KeyHistory{Versions: []*KeyVersion{}}
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"issuer", &h.Issuer}, {"key", &h.Key}} {
+		if raw, ok := top[f.name]; ok {
+			if err := json.Unmarshal(raw, f.dst); err != nil {
+				return nil, fmt.Errorf("verifier: key history %s is not a string", f.name)
+			}
+		}
 	}
 	var parsed []*KeyVersion
 	for i, e := range entries {

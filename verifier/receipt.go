@@ -53,6 +53,12 @@ type Options struct {
 // Otherwise there is one AttestationResult per attestation, in order, and
 // FullyVerified is true when all of them are StatusVerified. ctx is passed
 // to the resolver.
+//
+// With opts.History set, the verification is lifecycle-aware (VRP K2–K4,
+// K6): keys come from the key history, and a verified signature is judged
+// against its key version's lifecycle before freshness, which can add the
+// codes key_retired_out_of_window, key_revoked and tlog_required (see the
+// package documentation).
 func VerifyReceipt(ctx context.Context, receipt []byte, opts Options) Result {
 	if len(receipt) > MaxReceiptBytes {
 		return envelopeFailure(CodeMalformedReceipt)

@@ -6,7 +6,7 @@ import "encoding/json"
 const (
 	StatusVerified     = "verified"     // signature valid and now inside the window
 	StatusUnverifiable = "unverifiable" // unsigned, or no key material to check it
-	StatusInvalid      = "invalid"      // bad window or bad signature
+	StatusInvalid      = "invalid"      // bad window, bad signature, or a key version that may not have made it (K6)
 	StatusExpired      = "expired"      // valid signature, now outside the window
 )
 
@@ -46,7 +46,9 @@ type AttestationResult struct {
 	// Error is one of the Code* constants, nil when Status is verified.
 	Error *string `json:"error"`
 	// KID is the JWS header kid of a signature that verified (statuses
-	// verified and expired); nil otherwise or when the header has no kid.
+	// verified and expired, and invalid with a lifecycle code:
+	// key_retired_out_of_window, key_revoked, tlog_required); nil
+	// otherwise or when the header has no kid.
 	KID *string `json:"kid"`
 }
 

@@ -19,8 +19,8 @@ import (
 	"github.com/keysvc/keysvc/verifier"
 )
 
-// jwksFetchTimeout bounds fetching --jwks from a URL.
-const jwksFetchTimeout = 10 * time.Second
+// fetchTimeout bounds fetching --jwks, --history or --log-keys from a URL.
+const fetchTimeout = 10 * time.Second
 
 // Exit codes of keysvc verify.
 const (
@@ -29,33 +29,70 @@ const (
 	exitPartial       = 2 // receipt valid, not every attestation verified
 )
 
-// newVerifyCmd is `keysvc verify RECEIPT.json --jwks FILE|URL [--now RFC3339] [--json]`.
+// newVerifyCmd is `keysvc verify RECEIPT.json (--jwks FILE|URL | --history
+// FILE|URL [--log-keys FILE|URL]) [--at RFC3339] [--json]`.
 func newVerifyCmd() *cobra.Command {
 	var (
-		jwksArg string
-		nowArg  string
-		asJSON  bool
+		jwksArg    string
+		historyArg string
+		logKeysArg string
+		nowArg     string
+		atArg      string
+		asJSON     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "verify RECEIPT.json --jwks FILE|URL",
-		Short: "Verify a VRP receipt v1 against a JWKS",
+		Use:   "verify RECEIPT.json (--jwks FILE|URL | --history FILE|URL [--log-keys FILE|URL])",
+		Short: "Verify a VRP receipt v1 against a JWKS or a key-history document",
 		Long: `Verify a VRP receipt envelope v1 (VRP receipt spec v1, D1–D5): each
 attestation's validity window, its compact JWS signature (EdDSA or ES256)
-over the bytes as received, and its freshness at --now.
+over the bytes as received, and its freshness at --at.
 
-RECEIPT.json may be "-" for standard input. --jwks is a JWK Set file or an
-http(s) URL (fetched once, 10 s timeout, 1 MiB limit); it verifies every
-attestation, whatever its source member names.
+RECEIPT.json may be "-" for standard input. Exactly one of --jwks and
+--history gives the keys; it verifies every attestation, whatever its source
+member names. Each of --jwks, --history and --log-keys is a file or an
+http(s) URL (fetched once, 10 s timeout, 1 MiB limit).
+
+--jwks is a plain JWK Set (such as /.well-known/jwks.json): the v1
+verification, lifecycle-unaware.
+
+--history is a key-history document (keysvc's {"issuer","key","keys"}): the
+lifecycle-aware verification (VRP K2–K4, K6). A signature must come from a
+version that could sign at the attestation's valid_from: an active version
+after its vrp_not_before, a retired one inside its window, never a pending
+one (else key_retired_out_of_window). A revoked version's signature needs a
+transparency-log proof (tlog) whose Signed Tree Head, signed by a key in
+--log-keys, predates vrp_compromised_at (else tlog_required or key_revoked).
+
+--log-keys is a JWK Set of the transparency-log keys you trust (Ed25519),
+never the node's own keys; it needs --history.
+
+--at is the instant freshness is judged at (default: now), so a receipt
+can be checked as of when it was made; --now is the same flag under its
+older name.
 
 Exit status: 0 fully verified; 2 receipt valid but not every attestation
 verified; 1 receipt invalid, or a usage or I/O error.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			now := time.Now()
+			switch {
+			case jwksArg == "" && historyArg == "":
+				return errors.New("one of --jwks and --history is required")
+			case jwksArg != "" && historyArg != "":
+				return errors.New("--jwks and --history exclude each other: give one")
+			case logKeysArg != "" && historyArg == "":
+				return errors.New("--log-keys needs --history (a plain JWKS verification never uses a transparency log)")
+			case nowArg != "" && atArg != "":
+				return errors.New("--at and --now are the same flag: give one")
+			}
+			atFlag, atValue := "--at", atArg
 			if nowArg != "" {
-				t, err := verifier.ParseInstant(nowArg)
+				atFlag, atValue = "--now", nowArg
+			}
+			now := time.Now()
+			if atValue != "" {
+				t, err := verifier.ParseInstant(atValue)
 				if err != nil {
-					return fmt.Errorf("--now %q: want an RFC 3339 date-time such as 2026-06-24T12:00:00Z", nowArg)
+					return fmt.Errorf("%s %q: want an RFC 3339 date-time such as 2026-06-24T12:00:00Z", atFlag, atValue)
 				}
 				now = t
 			}
@@ -63,15 +100,46 @@ verified; 1 receipt invalid, or a usage or I/O error.`,
 			if err != nil {
 				return err
 			}
-			set, err := loadJWKS(cmd.Context(), jwksArg)
-			if err != nil {
-				return err
+			opts := verifier.Options{Now: now}
+			warn := func(format string, a ...any) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: warning: "+format+"\n", a...)
 			}
-			for _, e := range set.Skipped {
-				fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: warning: --jwks %s: skipped %v\n", jwksArg, e)
+			if historyArg != "" {
+				body, err := loadDocument(cmd.Context(), "--history", historyArg)
+				if err != nil {
+					return err
+				}
+				h, err := verifier.ParseKeyHistory(body)
+				if err != nil {
+					return fmt.Errorf("--history %s: %w", historyArg, err)
+				}
+				for _, e := range h.Skipped {
+					warn("--history %s: skipped %v", historyArg, e)
+				}
+				opts.History = h
+				if logKeysArg != "" {
+					if opts.LogKeys, err = loadJWKS(cmd.Context(), "--log-keys", logKeysArg); err != nil {
+						return err
+					}
+					for _, e := range opts.LogKeys.Skipped {
+						warn("--log-keys %s: skipped %v", logKeysArg, e)
+					}
+				}
+			} else {
+				set, err := loadJWKS(cmd.Context(), "--jwks", jwksArg)
+				if err != nil {
+					return err
+				}
+				for _, e := range set.Skipped {
+					warn("--jwks %s: skipped %v", jwksArg, e)
+				}
+				for _, kid := range revokedKIDs(set) {
+					warn("--jwks %s lists key %s as revoked, and a plain JWKS verification ignores that; use --history for lifecycle-aware verification", jwksArg, printable(kid))
+				}
+				opts.Resolve = verifier.StaticJWKS(set)
 			}
 
-			res := verifier.VerifyReceipt(cmd.Context(), receipt, verifier.Options{Now: now, Resolve: verifier.StaticJWKS(set)})
+			res := verifier.VerifyReceipt(cmd.Context(), receipt, opts)
 
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -92,11 +160,28 @@ verified; 1 receipt invalid, or a usage or I/O error.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&jwksArg, "jwks", "", "JWK Set: a file path or an http(s) URL (required)")
-	cmd.Flags().StringVar(&nowArg, "now", "", "judge freshness at this RFC 3339 instant (default: the current time)")
+	cmd.Flags().StringVar(&jwksArg, "jwks", "", "JWK Set: a file path or an http(s) URL (this or --history is required)")
+	cmd.Flags().StringVar(&historyArg, "history", "", "key-history document: a file path or an http(s) URL; lifecycle-aware verification")
+	cmd.Flags().StringVar(&logKeysArg, "log-keys", "", "JWK Set of trusted transparency-log keys: a file path or an http(s) URL (with --history)")
+	cmd.Flags().StringVar(&atArg, "at", "", "judge freshness at this RFC 3339 instant (default: the current time)")
+	cmd.Flags().StringVar(&nowArg, "now", "", "the same as --at")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON (the VRP reference verifier's shape)")
-	_ = cmd.MarkFlagRequired("jwks")
 	return cmd
+}
+
+// revokedKIDs returns the kids of set's keys whose vrp_key_status is
+// "revoked" (a key-history document given as --jwks).
+func revokedKIDs(set *verifier.JWKS) []string {
+	var kids []string
+	for _, k := range set.Keys {
+		var m struct {
+			Status any `json:"vrp_key_status"`
+		}
+		if json.Unmarshal(k.Raw, &m) == nil && m.Status == "revoked" {
+			kids = append(kids, k.KeyID)
+		}
+	}
+	return kids
 }
 
 // readReceipt reads the receipt file, or stdin for "-". It reads at most one
@@ -119,73 +204,66 @@ func readReceipt(name string, stdin io.Reader) ([]byte, error) {
 	return b, nil
 }
 
-// loadJWKS reads and parses --jwks: an http(s) URL (GET, 200 only) or a
-// file, at most verifier.MaxJWKSBytes either way.
-func loadJWKS(ctx context.Context, arg string) (*verifier.JWKS, error) {
-	if arg == "" {
-		return nil, errors.New("--jwks is required")
-	}
-	var (
-		body []byte
-		err  error
-	)
-	if u, perr := url.Parse(arg); perr == nil && (strings.EqualFold(u.Scheme, "http") || strings.EqualFold(u.Scheme, "https")) {
-		body, err = fetchJWKS(ctx, u.String())
-	} else {
-		body, err = readLimited(arg)
-	}
+// loadJWKS reads and parses a JWK Set flag (--jwks, --log-keys).
+func loadJWKS(ctx context.Context, flag, arg string) (*verifier.JWKS, error) {
+	body, err := loadDocument(ctx, flag, arg)
 	if err != nil {
 		return nil, err
 	}
 	set, err := verifier.ParseJWKS(body)
 	if err != nil {
-		return nil, fmt.Errorf("--jwks %s: %w", arg, err)
+		return nil, fmt.Errorf("%s %s: %w", flag, arg, err)
 	}
 	return set, nil
 }
 
-func readLimited(path string) ([]byte, error) {
-	f, err := os.Open(path)
+// loadDocument reads the document a flag names: an http(s) URL (GET, 200
+// only) or a file, at most verifier.MaxJWKSBytes either way.
+func loadDocument(ctx context.Context, flag, arg string) ([]byte, error) {
+	if u, err := url.Parse(arg); err == nil && (strings.EqualFold(u.Scheme, "http") || strings.EqualFold(u.Scheme, "https")) {
+		return fetchDocument(ctx, flag, u.String())
+	}
+	f, err := os.Open(arg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	defer f.Close()
-	return readCapped(f, path)
+	return readCapped(f, flag, arg)
 }
 
 // readCapped reads r whole, refusing more than verifier.MaxJWKSBytes.
-func readCapped(r io.Reader, name string) ([]byte, error) {
+func readCapped(r io.Reader, flag, name string) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r, verifier.MaxJWKSBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("read JWKS %s: %w", name, err)
+		return nil, fmt.Errorf("%s: read %s: %w", flag, name, err)
 	}
 	if len(b) > verifier.MaxJWKSBytes {
-		return nil, fmt.Errorf("JWKS %s is larger than %d bytes", name, verifier.MaxJWKSBytes)
+		return nil, fmt.Errorf("%s: %s is larger than %d bytes", flag, name, verifier.MaxJWKSBytes)
 	}
 	return b, nil
 }
 
-// fetchJWKS GETs a JWK Set with a 10 s timeout.
-func fetchJWKS(ctx context.Context, rawURL string) ([]byte, error) {
+// fetchDocument GETs a key document with a 10 s timeout.
+func fetchDocument(ctx context.Context, flag, rawURL string) ([]byte, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	ctx, cancel := context.WithTimeout(ctx, jwksFetchTimeout)
+	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/jwk-set+json, application/json")
-	resp, err := (&http.Client{Timeout: jwksFetchTimeout}).Do(req)
+	resp, err := (&http.Client{Timeout: fetchTimeout}).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetch JWKS: %w", err)
+		return nil, fmt.Errorf("%s: fetch: %w", flag, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("fetch JWKS %s: HTTP %s", rawURL, resp.Status)
+		return nil, fmt.Errorf("%s: fetch %s: HTTP %s", flag, rawURL, resp.Status)
 	}
-	return readCapped(resp.Body, rawURL)
+	return readCapped(resp.Body, flag, rawURL)
 }
 
 // printResult writes the human-readable report: one line per attestation,
