@@ -394,3 +394,103 @@ func TestAuditVerifyDetectsTampering(t *testing.T) {
 		t.Fatalf("tampered chain: exit %d %q, want exit 1 naming row 4", code, out)
 	}
 }
+
+// TestLifecycleReceipts builds receipts from real keysvc signatures for
+// each lifecycle case and verifies them with `keysvc verify`, both
+// lifecycle-aware (--history, the served key-history document) and as a
+// plain JOSE verifier would (--jwks, the served /.well-known/jwks.json).
+func TestLifecycleReceipts(t *testing.T) {
+	e := newLifecycleEnv(t, "")
+	srv := e.serve(t)
+	ctx := context.Background()
+	c := client.New(srv.URL, e.token)
+	if _, _, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villaakerlyckan.se"}); err != nil {
+		t.Fatal(err)
+	}
+	sign := func() client.Attestation {
+		t.Helper()
+		res, err := c.MCPTransport(ctx, "villa", client.TransportRequest{Tool: "get_verified_stay_offer", Arguments: map[string]any{"guests": 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Attestation
+	}
+	byV1 := sign()
+	time.Sleep(1100 * time.Millisecond) // whole-second served_at: keep the windows apart
+	if _, _, err := c.Rotate(ctx, "villa", "routine"); err != nil {
+		t.Fatal(err)
+	}
+	byV2 := sign()
+	time.Sleep(1100 * time.Millisecond)
+	if _, _, err := c.Rotate(ctx, "villa", "routine"); err != nil {
+		t.Fatal(err)
+	}
+	byV3 := sign()
+	// A signature by v2 claiming a time after v2 retired.
+	lateV2 := byV2
+	lateV2.ValidFrom = time.Now().UTC().Add(2 * time.Second).Format(time.RFC3339)
+	lateV2.ValidUntil = time.Now().UTC().Add(time.Hour).Format(time.RFC3339)
+
+	versions, err := c.Versions(ctx, "villa")
+	if err != nil || len(versions) != 3 {
+		t.Fatalf("versions: %v %v", versions, err)
+	}
+	if _, _, err := c.Revoke(ctx, versions[0].KID, time.Now().UTC().Format(time.RFC3339), "key material leaked"); err != nil {
+		t.Fatal(err)
+	}
+	history, err := c.History(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwks, err := c.JWKS(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	historyFile, jwksFile := dir+"/history.json", dir+"/jwks.json"
+	if err := os.WriteFile(historyFile, history, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(jwksFile, jwks, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		att    client.Attestation
+		flag   string
+		file   string
+		status string
+		code   any
+	}{
+		{"active version", byV3, "--history", historyFile, "verified", nil},
+		{"retired version inside its window", byV2, "--history", historyFile, "verified", nil},
+		{"retired version outside its window", lateV2, "--history", historyFile, "invalid", "key_retired_out_of_window"},
+		{"revoked version without a transparency-log proof", byV1, "--history", historyFile, "invalid", "tlog_required"},
+		{"revoked version, plain JOSE verifier", byV1, "--jwks", jwksFile, "invalid", "sig_invalid"},
+		{"retired version, plain JOSE verifier", byV2, "--jwks", jwksFile, "verified", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			receipt := writeJSON(t, t.TempDir(), "receipt.json", map[string]any{
+				"vrp_receipt_version": "1.0", "subject": map[string]any{}, "issuer": map[string]any{"node": "villaakerlyckan.se"},
+				"attestations": []any{tc.att},
+			})
+			out, errOut, code := runCLI(t, nil, "verify", receipt, tc.flag, tc.file, "--json")
+			var res struct {
+				Attestations []struct {
+					Status string `json:"status"`
+					Error  any    `json:"error"`
+				} `json:"attestations"`
+			}
+			if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Attestations) != 1 {
+				t.Fatalf("verify output %q %s: %v", out, errOut, err)
+			}
+			got := res.Attestations[0]
+			if got.Status != tc.status || got.Error != tc.code {
+				t.Fatalf("status %s error %v, want %s %v", got.Status, got.Error, tc.status, tc.code)
+			}
+			if want := map[bool]int{true: 0, false: 2}[tc.status == "verified"]; code != want {
+				t.Fatalf("exit %d, want %d", code, want)
+			}
+		})
+	}
+}
