@@ -201,7 +201,7 @@ func TestJWSSignerHeaderAndGoJoseVerify(t *testing.T) {
 	if again, _ := s.Sign(payload, "JWT"); again != jws {
 		t.Fatalf("Ed25519 JWS must be deterministic")
 	}
-	parsed, err := jose.ParseSigned(jws, []jose.SignatureAlgorithm{jose.EdDSA})
+	parsed, err := jose.ParseSignedCompact(jws, []jose.SignatureAlgorithm{jose.EdDSA})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestES256(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	parsed, err := jose.ParseSigned(jws, []jose.SignatureAlgorithm{jose.ES256})
+	parsed, err := jose.ParseSignedCompact(jws, []jose.SignatureAlgorithm{jose.ES256})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,28 +26,25 @@ func newKeysCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "keys", Short: "Manage keys through the admin API (create, list, versions, rotate)"}
 	cf.register(cmd)
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
-	newClient := func() (*client.Client, error) {
-		tok, err := cf.token()
-		if err != nil {
-			return nil, err
+	// withClient wraps a subcommand body: it resolves the token, builds the
+	// API client and bounds the call to 30 s.
+	withClient := func(run func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			tok, err := cf.token()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			return run(ctx, client.New(cf.server, tok), cmd, args)
 		}
-		return client.New(cf.server, tok), nil
-	}
-	ctxT := func(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-		return context.WithTimeout(cmd.Context(), 30*time.Second)
 	}
 
 	var create client.CreateKeyRequest
 	var createPolicy client.Policy
 	createCmd := &cobra.Command{
 		Use: "create NAME --issuer DOMAIN", Short: "Create a key with its first active version", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := ctxT(cmd)
-			defer cancel()
+		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			create.Name = args[0]
 			if createPolicy != (client.Policy{}) {
 				create.Policy = &createPolicy
@@ -61,7 +58,7 @@ func newKeysCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "created key %s (issuer %s, %s, backend %s)\nactive kid: %s\n", k.Name, k.Issuer, k.Algorithm, k.Backend, v.KID)
 			return nil
-		},
+		}),
 	}
 	createCmd.Flags().StringVar(&create.Issuer, "issuer", "", "issuer domain used in kids, e.g. villaakerlyckan.se (required)")
 	createCmd.Flags().StringVar(&create.Algorithm, "algorithm", "EdDSA", "JWS algorithm: EdDSA or ES256")
@@ -73,13 +70,7 @@ func newKeysCmd() *cobra.Command {
 
 	listCmd := &cobra.Command{
 		Use: "list", Short: "List keys", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := ctxT(cmd)
-			defer cancel()
+		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
 			keys, err := c.ListKeys(ctx)
 			if err != nil {
 				return err
@@ -93,18 +84,12 @@ func newKeysCmd() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\n", k.Name, k.Issuer, k.Algorithm, k.Backend, k.ActiveKID, k.Versions, k.Default)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 
 	versionsCmd := &cobra.Command{
 		Use: "versions NAME", Short: "List a key's versions with their lifecycle windows", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := ctxT(cmd)
-			defer cancel()
+		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			vs, err := c.Versions(ctx, args[0])
 			if err != nil {
 				return err
@@ -118,7 +103,7 @@ func newKeysCmd() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.KID, v.Status, dash(v.NotBefore), dash(v.NotAfter), dash(v.CompromisedAt), v.BackendRef)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 
 	var reason string
@@ -127,13 +112,7 @@ func newKeysCmd() *cobra.Command {
 		Use:   "rotate NAME [--scheduled]",
 		Short: "Rotate now (emergency), or publish a pending version that signs after prepublish (--scheduled)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := ctxT(cmd)
-			defer cancel()
+		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			if scheduled {
 				p, err := c.ScheduleRotation(ctx, args[0], reason)
 				if err != nil {
@@ -154,7 +133,7 @@ func newKeysCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "rotated %s\nactive:  %s (since %s)\nretired: %s (signed %s .. %s)\n", args[0], active.KID, active.NotBefore, retired.KID, retired.NotBefore, retired.NotAfter)
 			return nil
-		},
+		}),
 	}
 	rotateCmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the audit trail)")
 	rotateCmd.Flags().BoolVar(&scheduled, "scheduled", false, "publish the next version as pending; it activates after the key's prepublish period")
@@ -162,13 +141,7 @@ func newKeysCmd() *cobra.Command {
 	var activateReason string
 	activateCmd := &cobra.Command{
 		Use: "activate KID", Short: "Promote a pending version now, ahead of its schedule", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := ctxT(cmd)
-			defer cancel()
+		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			v, err := c.Activate(ctx, args[0], activateReason)
 			if err != nil {
 				return err
@@ -178,7 +151,7 @@ func newKeysCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "active: %s (since %s)\n", v.KID, v.NotBefore)
 			return nil
-		},
+		}),
 	}
 	activateCmd.Flags().StringVar(&activateReason, "reason", "", "why (recorded in the audit trail)")
 
@@ -187,13 +160,7 @@ func newKeysCmd() *cobra.Command {
 		Use:   "revoke KID --compromised-at RFC3339 --reason TEXT",
 		Short: "Revoke a compromised version (VRP K4); revoking the active version rotates immediately",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := ctxT(cmd)
-			defer cancel()
+		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			revoked, active, err := c.Revoke(ctx, args[0], compromisedAt, revokeReason)
 			if err != nil {
 				return err
@@ -206,7 +173,7 @@ func newKeysCmd() *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "active:  %s (since %s)\n", active.KID, active.NotBefore)
 			}
 			return nil
-		},
+		}),
 	}
 	revokeCmd.Flags().StringVar(&compromisedAt, "compromised-at", "", "when the key was (or may have been) compromised, RFC 3339 (required)")
 	revokeCmd.Flags().StringVar(&revokeReason, "reason", "", "why (required; recorded in key history and the audit trail)")
@@ -217,19 +184,13 @@ func newKeysCmd() *cobra.Command {
 	var policyReason string
 	policyCmd := &cobra.Command{
 		Use: "policy NAME --rotation-period D [--prepublish D] [--retention D]", Short: "Set a key's rotation policy", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := ctxT(cmd)
-			defer cancel()
+		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			if err := c.SetPolicy(ctx, args[0], pol, policyReason); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "policy of %s: rotation_period=%s prepublish=%s retention=%s\n", args[0], dash(pol.RotationPeriod), dash(pol.Prepublish), dash(pol.Retention))
 			return nil
-		},
+		}),
 	}
 	policyFlags(policyCmd, &pol)
 	policyCmd.Flags().StringVar(&policyReason, "reason", "", "why (recorded in the audit trail)")
