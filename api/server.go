@@ -104,8 +104,11 @@ func New(cfg Config) *Server {
 	e.GET("/v1/keys/:name/jwks.json", s.keyJWKS)
 	e.HEAD("/v1/keys/:name/jwks.json", s.keyJWKS)
 	e.GET("/v1/keys/:name/history.json", s.keyHistory)
+	e.HEAD("/v1/keys/:name/history.json", s.keyHistory)
 	e.GET(WellKnownHistory, s.defaultHistory)
+	e.HEAD(WellKnownHistory, s.defaultHistory)
 	e.GET("/.well-known/did.json", s.didDocument)
+	e.HEAD("/.well-known/did.json", s.didDocument)
 
 	// Signing API.
 	e.POST("/v1/keys/:name/sign", s.sign, s.requireKeyScope("sign:"))

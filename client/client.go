@@ -35,7 +35,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("keysvc: %s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
 }
 
 // Do sends method path with body (marshalled as JSON when not nil) and
@@ -103,6 +103,9 @@ type Key struct {
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by"`
 	Default   bool      `json:"default"`
+	Policy    Policy    `json:"policy"`
+	NextKID   string    `json:"next_kid"`
+	NextAt    string    `json:"next_at"`
 }
 
 // Version is a key version with its lifecycle members.

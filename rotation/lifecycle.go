@@ -36,6 +36,9 @@ type keyState struct {
 	versions []store.KeyVersion
 	active   *store.KeyVersion
 	pending  *store.KeyVersion
+	// completed is set when transition first completed a due scheduled
+	// activation (see completeDue).
+	completed bool
 }
 
 func (m *Manager) readState(ctx context.Context, tx store.Tx, name string) (*keyState, error) {
@@ -73,7 +76,11 @@ func (m *Manager) transition(ctx context.Context, name string, fn func(tx store.
 		if err != nil {
 			return err
 		}
-		if err := fn(tx, st, st.clamp(m.now())); err != nil {
+		now := st.clamp(m.now())
+		if err := m.completeDue(ctx, tx, st, now); err != nil {
+			return err
+		}
+		if err := fn(tx, st, now); err != nil {
 			return err
 		}
 		return tx.NotifyChange(ctx, name)
@@ -83,6 +90,35 @@ func (m *Manager) transition(ctx context.Context, name string, fn func(tx store.
 	}
 	crashPoint("transition.committed")
 	m.reloadAfterCommit(ctx)
+	return nil
+}
+
+// completeDue activates the pending version if its scheduled instant has
+// passed, at that instant — what every replica's signing path already did
+// (KeyEntry.SignerAt) — so any other change (revoke, rotate, activate) acts
+// on the version that is really signing.
+func (m *Manager) completeDue(ctx context.Context, tx store.Tx, st *keyState, now time.Time) error {
+	p := st.pending
+	if p == nil || p.ActivatesAt == nil || now.Before(*p.ActivatesAt) {
+		return nil
+	}
+	next, err := m.activate(ctx, tx, st, *p, *p.ActivatesAt, schedulerActor)
+	if err != nil {
+		return err
+	}
+	if err := tx.UpdateVersion(ctx, next); err != nil {
+		return err
+	}
+	if _, err := m.audit(ctx, tx, schedulerActor, "version.activate", st.key.Name, next.KID, ""); err != nil {
+		return err
+	}
+	for i := range st.versions {
+		if st.versions[i].KID == next.KID {
+			st.versions[i] = next
+			st.active = &st.versions[i]
+		}
+	}
+	st.pending, st.completed = nil, true
 	return nil
 }
 
@@ -225,6 +261,10 @@ func (m *Manager) Activate(ctx context.Context, kid string, actor Actor) (store.
 	}
 	var out store.KeyVersion
 	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		if st.completed && st.active != nil && st.active.KID == kid {
+			out = *st.active // its scheduled instant had already come
+			return nil
+		}
 		if st.pending == nil || st.pending.KID != kid {
 			return fmt.Errorf("%w: %s is not pending", ErrInvalidTransition, kid)
 		}
@@ -276,9 +316,9 @@ func (m *Manager) Revoke(ctx context.Context, kid string, compromisedAt time.Tim
 		if target.State == store.StateRevoked {
 			return fmt.Errorf("%w: %s is already revoked", ErrInvalidTransition, kid)
 		}
-		wasActive := target.State == store.StateActive
-		if wasActive {
-			next, err := m.rotateNow(ctx, tx, st, now, actor)
+		prev := target.State
+		if prev == store.StateActive {
+			next, err := m.rotateNow(ctx, tx, st, now, Actor{Name: actor.Name, Reason: "revocation of " + kid + ": " + reason})
 			if err != nil {
 				return err
 			}
@@ -288,7 +328,6 @@ func (m *Manager) Revoke(ctx context.Context, kid string, compromisedAt time.Tim
 		if target.State == store.StatePending {
 			st.pending = nil
 		}
-		prev := target.State
 		target.State, target.RevokedAt, target.CompromisedAt, target.RevocationReason = store.StateRevoked, &now, &compromisedAt, reason
 		if err := tx.UpdateVersion(ctx, *target); err != nil {
 			return err
@@ -321,7 +360,11 @@ func (m *Manager) SetPolicy(ctx context.Context, name string, p Policy, actor Ac
 		if err := tx.UpdateKeyPolicy(ctx, name, raw); err != nil {
 			return err
 		}
-		_, err := m.audit(ctx, tx, actor, "key.policy", name, "", string(raw))
+		details, err := json.Marshal(map[string]Policy{"old": st.policy, "new": p})
+		if err != nil {
+			return err
+		}
+		_, err = m.audit(ctx, tx, actor, "key.policy", name, "", string(details))
 		return err
 	})
 }
@@ -381,19 +424,10 @@ func (m *Manager) Tick(ctx context.Context) (int, error) {
 			continue
 		}
 		err := m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+			if st.completed {
+				n++ // transition activated the due pending version
+			}
 			switch {
-			case st.pending != nil && st.pending.ActivatesAt != nil && !now.Before(*st.pending.ActivatesAt):
-				next, err := m.activate(ctx, tx, st, *st.pending, *st.pending.ActivatesAt, schedulerActor)
-				if err != nil {
-					return err
-				}
-				if err := tx.UpdateVersion(ctx, next); err != nil {
-					return err
-				}
-				if _, err := m.audit(ctx, tx, schedulerActor, "version.activate", name, next.KID, ""); err != nil {
-					return err
-				}
-				n++
 			case st.pending == nil && st.active != nil && st.active.ActivatedAt != nil && st.policy.RotationPeriod > 0:
 				pre := st.policy.EffectivePrepublish(m.maxAge)
 				at := st.active.ActivatedAt.Add(time.Duration(st.policy.RotationPeriod))

@@ -79,9 +79,14 @@ func newKeysCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), keys)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tISSUER\tALG\tBACKEND\tACTIVE KID\tVERSIONS\tDEFAULT")
+			fmt.Fprintln(tw, "NAME\tISSUER\tALG\tBACKEND\tACTIVE KID\tNEXT KID (AT)\tVERSIONS\tPOLICY\tDEFAULT")
 			for _, k := range keys {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%v\n", k.Name, k.Issuer, k.Algorithm, k.Backend, k.ActiveKID, k.Versions, k.Default)
+				next := "-"
+				if k.NextKID != "" {
+					next = k.NextKID + " (" + k.NextAt + ")"
+				}
+				pol := fmt.Sprintf("period=%s prepublish=%s retention=%s", dash(k.Policy.RotationPeriod), dash(k.Policy.Prepublish), dash(k.Policy.Retention))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%v\n", k.Name, k.Issuer, k.Algorithm, k.Backend, k.ActiveKID, next, k.Versions, pol, k.Default)
 			}
 			return tw.Flush()
 		}),
@@ -194,6 +199,9 @@ func newKeysCmd() *cobra.Command {
 	}
 	policyFlags(policyCmd, &pol)
 	policyCmd.Flags().StringVar(&policyReason, "reason", "", "why (recorded in the audit trail)")
+	// The policy is replaced whole: require the period explicitly (0 turns
+	// scheduled rotation off) so a bare `keys policy NAME` cannot wipe it.
+	_ = policyCmd.MarkFlagRequired("rotation-period")
 
 	cmd.AddCommand(createCmd, listCmd, versionsCmd, rotateCmd, activateCmd, revokeCmd, policyCmd)
 	return cmd

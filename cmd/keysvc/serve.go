@@ -109,6 +109,9 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 		}
 	}
 	kek, err := software.ReadKEKFile(kekFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w\ncreate a key-encryption key with: head -c 32 /dev/urandom | base64 > %s && chmod 600 %s (and back it up), or run with --dev on a development machine", err, kekFile, kekFile)
+	}
 	if err != nil {
 		return err
 	}
