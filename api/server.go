@@ -47,6 +47,9 @@ const (
 	CodePendingExists        = "pending_exists"         // 409: a scheduled rotation is already pending
 	CodeNoActiveVersion      = "no_active_version"      // 503: key cannot sign right now
 	CodeBackendUnavailable   = "backend_unavailable"    // 503
+	CodeBackendThrottled     = "backend_throttled"      // 503: backend rate limit; retry with backoff
+	CodeKeyDisabled          = "key_disabled"           // 503: the backend refuses to use the key
+	CodeMessageTooLarge      = "message_too_large"      // 413: signing input over the backend's limit
 	CodeInternal             = "internal"               // 500: details only in the server log
 )
 
@@ -301,6 +304,14 @@ func (s *Server) readyz(c echo.Context) error {
 		s.cfg.Logger.Warn("readiness: store unreachable", "err", err)
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready", "reason": "store unreachable"})
 	}
+	for _, b := range s.cfg.Manager.Backends() {
+		if hc, ok := b.(backends.HealthChecker); ok {
+			if err := hc.Healthy(ctx); err != nil {
+				s.cfg.Logger.Warn("readiness: backend unhealthy", "backend", b.Kind(), "err", err)
+				return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready", "reason": "backend " + b.Kind() + " unavailable"})
+			}
+		}
+	}
 	ring := s.cfg.Manager.Keyring()
 	for _, name := range ring.SortedNames() {
 		if ring.Keys[name].SignerAt(s.cfg.Now()) == nil {
@@ -445,8 +456,15 @@ func validTyp(typ string) bool {
 // signError maps a failed signature: an unavailable backend (HSM, KMS) is
 // 503 backend_unavailable; anything else is an internal error.
 func signError(err error) error {
-	if errors.Is(err, backends.ErrUnavailable) {
+	switch {
+	case errors.Is(err, backends.ErrUnavailable):
 		return fail(http.StatusServiceUnavailable, CodeBackendUnavailable, "key backend unavailable")
+	case errors.Is(err, backends.ErrThrottled):
+		return fail(http.StatusServiceUnavailable, CodeBackendThrottled, "key backend is throttling requests; retry with backoff")
+	case errors.Is(err, backends.ErrKeyDisabled):
+		return fail(http.StatusServiceUnavailable, CodeKeyDisabled, "the key version is disabled in its backend")
+	case errors.Is(err, backends.ErrMessageTooLarge):
+		return fail(http.StatusRequestEntityTooLarge, CodeMessageTooLarge, "the signing input is too large for this key's backend")
 	}
 	return err
 }

@@ -43,10 +43,27 @@ type Backend interface {
 	Close() error
 }
 
-// Errors shared by backends; test with errors.Is.
+// HealthChecker is implemented by backends that can lose their device or
+// service (an HSM token, KMS). Healthy returns nil when every key the
+// backend serves can sign; /readyz reports unready otherwise.
+type HealthChecker interface {
+	Healthy(ctx context.Context) error
+}
+
+// Errors shared by backends; test with errors.Is. Signers return them
+// wrapped from Sign, and the HTTP API maps them to stable codes.
 var (
 	ErrUnsupportedAlgorithm = errors.New("backend: unsupported algorithm")
-	ErrUnavailable          = errors.New("backend: unavailable")
+	// ErrUnavailable: the device or service cannot be reached or failed
+	// (HTTP 503 backend_unavailable). Never a hang: backends time out.
+	ErrUnavailable = errors.New("backend: unavailable")
+	// ErrThrottled: the service refused for rate (HTTP 503 backend_throttled).
+	ErrThrottled = errors.New("backend: throttled")
+	// ErrKeyDisabled: the key exists but may not sign (HTTP 503 key_disabled).
+	ErrKeyDisabled = errors.New("backend: key disabled")
+	// ErrMessageTooLarge: the backend cannot sign a message this long
+	// (AWS KMS RAW Ed25519: 4096 bytes) (HTTP 413 message_too_large).
+	ErrMessageTooLarge = errors.New("backend: message too large for this backend")
 	// ErrKeyMismatch: the private half does not belong to the recorded
 	// key version (wrong KEK, swapped ciphertext, tampering).
 	ErrKeyMismatch = errors.New("backend: key material does not match the key version")

@@ -107,6 +107,16 @@ func New(cfg Config) *Manager {
 	return m
 }
 
+// Backends returns the configured backends, sorted by kind.
+func (m *Manager) Backends() []backends.Backend {
+	out := make([]backends.Backend, 0, len(m.backends))
+	for _, b := range m.backends {
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Kind() < out[j].Kind() })
+	return out
+}
+
 // JWKSMaxAge returns the JWKS Cache-Control max-age in force.
 func (m *Manager) JWKSMaxAge() time.Duration { return m.maxAge }
 

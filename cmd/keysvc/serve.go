@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/keysvc/keysvc/api"
 	"github.com/keysvc/keysvc/backends"
@@ -32,6 +33,17 @@ const (
 )
 
 func init() { extraCommands = append(extraCommands, newServeCmd) }
+
+// backendFactory adds an optional key backend to serve: its flags, and a
+// constructor that returns (nil, nil) when the backend is not configured.
+// Backend files register one from init().
+type backendFactory struct {
+	kind  string
+	flags func(*pflag.FlagSet)
+	open  func(ctx context.Context, log *slog.Logger) (backends.Backend, error)
+}
+
+var backendFactories []backendFactory
 
 type serveOptions struct {
 	store        storeFlags
@@ -67,6 +79,9 @@ assertion through its own HTTP API once it is listening.`,
 	}
 	o.store.register(cmd)
 	f := cmd.Flags()
+	for _, bf := range backendFactories {
+		bf.flags(f)
+	}
 	f.StringVar(&o.listen, "listen", envOr("KEYSVC_LISTEN", "127.0.0.1:8080"), "address to listen on (env KEYSVC_LISTEN)")
 	f.StringVar(&o.kekFile, "kek-file", envOr("KEYSVC_KEK_FILE", ""), "software backend key-encryption key file, base64 of 32 bytes, mode 0600 (env KEYSVC_KEK_FILE); default <data-dir>/kek")
 	f.BoolVar(&o.dev, "dev", false, "development mode: create the KEK, a dev token and a dev key if missing")
@@ -127,7 +142,18 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	}
 	defer st.Close()
 
-	mgr := rotation.New(rotation.Config{Store: st, Backends: []backends.Backend{soft}, DefaultKey: o.defaultKey, Logger: log, JWKSMaxAge: maxAge})
+	all := []backends.Backend{soft}
+	for _, bf := range backendFactories {
+		b, err := bf.open(ctx, log)
+		if err != nil {
+			return fmt.Errorf("backend %s: %w", bf.kind, err)
+		}
+		if b != nil {
+			defer b.Close()
+			all = append(all, b)
+		}
+	}
+	mgr := rotation.New(rotation.Config{Store: st, Backends: all, DefaultKey: o.defaultKey, Logger: log, JWKSMaxAge: maxAge})
 	if err := mgr.Reload(ctx); err != nil {
 		return fmt.Errorf("loading key history: %w", err)
 	}
