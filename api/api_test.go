@@ -1263,3 +1263,27 @@ func TestServedAtSkew(t *testing.T) {
 		}
 	}
 }
+
+// TestRateLimit: each token has its own bucket; an empty bucket answers 429
+// rate_limited with Retry-After, and other tokens and public routes are
+// unaffected.
+func TestRateLimit(t *testing.T) {
+	h := newHarness(t, harnessOpts{RateLimit: api.RateLimit{PerSecond: 0.5, Burst: 3}})
+	h.createKey("villa", villa, fixedKind)
+	a := h.token("a", tokenOK, "sign:villa")
+	b := h.token("b", tokenOK, "sign:villa")
+	body := `{"payload":{"a":1}}`
+	for i := 0; i < 3; i++ {
+		resp, rb := h.postJSON("/v1/keys/villa/sign", a, body)
+		wantStatus(t, fmt.Sprintf("request %d within the burst", i+1), resp, rb, http.StatusOK)
+	}
+	resp, rb := h.postJSON("/v1/keys/villa/sign", a, body)
+	wantError(t, "request over the burst", resp, rb, http.StatusTooManyRequests, api.CodeRateLimited)
+	if got := resp.Header.Get("Retry-After"); got != "2" {
+		t.Errorf("Retry-After %q, want \"2\" (one token at 0.5/s)", got)
+	}
+	resp, rb = h.postJSON("/v1/keys/villa/sign", b, body)
+	wantStatus(t, "another token", resp, rb, http.StatusOK)
+	resp, rb = h.get("/v1/keys/villa/jwks.json", "")
+	wantStatus(t, "public JWKS", resp, rb, http.StatusOK)
+}

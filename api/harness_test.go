@@ -179,6 +179,7 @@ type harnessOpts struct {
 	MaxBodyBytes int64
 	// MaxServedAtSkew: the vectors' served_at lies months in the past.
 	MaxServedAtSkew time.Duration
+	RateLimit       api.RateLimit
 }
 
 // syncBuffer is a goroutine-safe log sink.
@@ -236,7 +237,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if err := auth.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.MaxBodyBytes, MaxServedAtSkew: o.MaxServedAtSkew}).Handler()
+	h := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.MaxBodyBytes, MaxServedAtSkew: o.MaxServedAtSkew, RateLimit: o.RateLimit}).Handler()
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()

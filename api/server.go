@@ -50,6 +50,7 @@ const (
 	CodeBackendThrottled     = "backend_throttled"      // 503: backend rate limit; retry with backoff
 	CodeKeyDisabled          = "key_disabled"           // 503: the backend refuses to use the key
 	CodeMessageTooLarge      = "message_too_large"      // 413: signing input over the backend's limit
+	CodeRateLimited          = "rate_limited"           // 429: per-token rate limit; see Retry-After
 	CodeInternal             = "internal"               // 500: details only in the server log
 )
 
@@ -65,13 +66,16 @@ type Config struct {
 	// MaxServedAtSkew bounds how far a caller-given served_at may lie from
 	// the server's clock, either way (default 5m).
 	MaxServedAtSkew time.Duration
-	Now             func() time.Time
+	// RateLimit bounds requests per principal; zero value: unlimited.
+	RateLimit RateLimit
+	Now       func() time.Time
 }
 
 // Server serves the API.
 type Server struct {
-	cfg  Config
-	echo *echo.Echo
+	cfg    Config
+	echo   *echo.Echo
+	limits *limiters
 }
 
 // New builds the echo router with every route.
@@ -97,7 +101,7 @@ func New(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
-	s := &Server{cfg: cfg, echo: e}
+	s := &Server{cfg: cfg, echo: e, limits: newLimiters(cfg.RateLimit)}
 
 	// Public: no auth, cacheable, served from memory.
 	e.GET("/healthz", s.healthz)
@@ -209,6 +213,10 @@ func (s *Server) authenticate(c echo.Context) (Principal, error) {
 		return p, fail(http.StatusUnauthorized, CodeUnauthorized, "missing bearer token")
 	case authInvalid:
 		return p, fail(http.StatusUnauthorized, CodeUnauthorized, "invalid, expired or revoked bearer token")
+	}
+	if ok, wait := s.limits.allow(p.TokenID, s.cfg.Now()); !ok {
+		c.Response().Header().Set("Retry-After", retryAfter(wait))
+		return p, fail(http.StatusTooManyRequests, CodeRateLimited, "rate limit of %g requests/s for this token exceeded; retry after %s", s.cfg.RateLimit.PerSecond, wait.Round(time.Millisecond))
 	}
 	c.Set(principalKey, p)
 	return p, nil

@@ -18,17 +18,28 @@ import (
 	"github.com/keysvc/keysvc/internal/strictjson"
 )
 
-// hashLimits are the checks applied to any JSON that is canonicalized and
-// hashed: no duplicate names, valid UTF-8 without lone surrogates, and only
-// numbers that survive the IEEE 754 double round trip of RFC 8785 §3.2.2.3.
-var hashLimits = strictjson.Limits{MaxDepth: 32, SafeNumbers: true}
+// canonLimits are the checks applied to any JSON that is canonicalized: no
+// duplicate names, valid UTF-8 without lone surrogates, and only numbers
+// that survive the IEEE 754 double round trip of RFC 8785 §3.2.2.3 as
+// written. RFC 8785 output passes them again (a fixed point).
+var canonLimits = strictjson.Limits{MaxDepth: 32, Numbers: strictjson.NumbersExact}
+
+// argumentLimits are stricter, for tool-call arguments hashed into
+// arguments_sha256 and the SEP-2828 projection that other implementations
+// must reproduce: numbers stay in the I-JSON range (RFC 7493 §2.2).
+var argumentLimits = strictjson.Limits{MaxDepth: 32, Numbers: strictjson.NumbersIJSON}
 
 // Canonicalize returns the RFC 8785 (JCS) form of one JSON value. It first
 // applies the strict checks of package strictjson (duplicate names, invalid
-// UTF-8, lone surrogates, unsafe integers, trailing data are errors of type
-// *strictjson.Error), then serializes with github.com/gowebpki/jcs.
+// UTF-8, lone surrogates, integer literals a double cannot hold, trailing
+// data are errors of type *strictjson.Error), then serializes with
+// github.com/gowebpki/jcs.
 func Canonicalize(raw []byte) ([]byte, error) {
-	if err := strictjson.Check(raw, hashLimits); err != nil {
+	return canonicalize(raw, canonLimits)
+}
+
+func canonicalize(raw []byte, lim strictjson.Limits) ([]byte, error) {
+	if err := strictjson.Check(raw, lim); err != nil {
 		return nil, err
 	}
 	out, err := jcs.Transform(raw)

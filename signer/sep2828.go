@@ -25,7 +25,7 @@ type SEP2828Projection struct {
 // "sha256:<hex>". Errors: params that are not strict I-JSON
 // (*strictjson.Error), a missing or non-string name, missing arguments.
 func ProjectSEP2828(params []byte) (canonical []byte, digest string, err error) {
-	if err := strictjson.Check(params, hashLimits); err != nil {
+	if err := strictjson.Check(params, argumentLimits); err != nil {
 		return nil, "", err
 	}
 	var p struct {
@@ -52,7 +52,7 @@ func ProjectSEP2828(params []byte) (canonical []byte, digest string, err error) 
 	if err := enc.Encode(proj); err != nil {
 		return nil, "", fmt.Errorf("signer: SEP-2828 projection: %w", err)
 	}
-	canonical, err = Canonicalize(bytes.TrimSpace(buf.Bytes()))
+	canonical, err = canonicalize(bytes.TrimSpace(buf.Bytes()), argumentLimits)
 	if err != nil {
 		return nil, "", err
 	}

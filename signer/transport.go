@@ -71,7 +71,7 @@ func SnakeCase(s string) string {
 // ErrArgumentsNotObject, or ErrArgumentKeyCollision (wrapped, naming the
 // colliding keys).
 func NormalizeArguments(raw []byte) ([]byte, error) {
-	canon, err := Canonicalize(raw)
+	canon, err := canonicalize(raw, argumentLimits)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func NormalizeArguments(raw []byte) ([]byte, error) {
 	if err := enc.Encode(renamed); err != nil {
 		return nil, fmt.Errorf("signer: arguments: %w", err)
 	}
-	return Canonicalize(bytes.TrimSpace(buf.Bytes()))
+	return canonicalize(bytes.TrimSpace(buf.Bytes()), argumentLimits)
 }
 
 // ArgumentsSHA256 returns arguments_sha256 for a tool call: the hex SHA-256

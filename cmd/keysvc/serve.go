@@ -58,6 +58,8 @@ type serveOptions struct {
 	jwksMaxAge   time.Duration
 	schedEvery   time.Duration
 	servedAtSkew time.Duration
+	rateLimit    float64
+	rateBurst    int
 }
 
 func newServeCmd() *cobra.Command {
@@ -92,6 +94,8 @@ assertion through its own HTTP API once it is listening.`,
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 64<<10, "largest accepted request body")
 	f.DurationVar(&o.jwksMaxAge, "jwks-max-age", 300*time.Second, "Cache-Control max-age of the public JWKS (at most 5m, VRP §3.1; 0 disables caching); a rotation policy's prepublish must exceed it")
 	f.DurationVar(&o.schedEvery, "scheduler-interval", time.Second, "how often the rotation scheduler checks policies (it also wakes at each due instant)")
+	f.Float64Var(&o.rateLimit, "rate-limit", 10000, "requests per second each API token may make (token bucket; 0 disables); over it: 429 with Retry-After")
+	f.IntVar(&o.rateBurst, "rate-burst", 20000, "token-bucket burst of --rate-limit")
 	f.DurationVar(&o.servedAtSkew, "max-served-at-skew", 5*time.Minute, "how far a caller-given served_at may lie from the server's clock, either way")
 	return cmd
 }
@@ -177,7 +181,7 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	}
 
 	srv := &http.Server{
-		Handler:           api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes, MaxServedAtSkew: o.servedAtSkew}).Handler(),
+		Handler:           api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes, MaxServedAtSkew: o.servedAtSkew, RateLimit: api.RateLimit{PerSecond: o.rateLimit, Burst: o.rateBurst}}).Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      15 * time.Second,

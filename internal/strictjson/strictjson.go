@@ -3,8 +3,8 @@
 // would silently accept or guess at: duplicate object member names,
 // invalid UTF-8 and lone surrogate escapes (I-JSON, RFC 7493 §2.1, §2.3),
 // trailing data after the value, nesting beyond a limit, members a target
-// struct does not declare, and — where hashed — numbers outside the I-JSON
-// exact-integer range (RFC 7493 §2.2).
+// struct does not declare, and — where hashed — numbers a double cannot
+// hold exactly or outside the I-JSON range (RFC 7493 §2.2).
 //
 // Syntax and semantics come from encoding/json/v2 (the
 // github.com/go-json-experiment/json mirror), which rejects duplicate names
@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -50,13 +51,29 @@ func (e *Error) Error() string { return e.Message }
 // Limits bound what Decode accepts.
 type Limits struct {
 	MaxDepth int // maximum nesting of arrays and objects; 0 means 32
-	// SafeNumbers rejects integer literals beyond ±(2^53−1), which an IEEE
-	// 754 double cannot hold exactly, and numbers that overflow a double
-	// (1e400). Literals with a fraction or exponent are floats by intent
-	// and are serialized per RFC 8785 §3.2.2.3. Set it for
-	// anything that is canonicalized (RFC 8785 §3.2.2.3) and hashed.
-	SafeNumbers bool
+	// Numbers selects which numbers are accepted (default: any that parse).
+	Numbers NumberRule
 }
+
+// NumberRule says which JSON numbers Check accepts.
+type NumberRule int
+
+const (
+	// NumbersAny accepts every syntactically valid number.
+	NumbersAny NumberRule = iota
+	// NumbersExact accepts numbers an IEEE 754 double holds as written:
+	// integer literals (no fraction, no exponent) must be exactly
+	// representable, and nothing may overflow (1e400). Literals with a
+	// fraction or exponent are floats by intent and round per RFC 8785
+	// §3.2.2.3. RFC 8785 output is a fixed point of this rule.
+	NumbersExact
+	// NumbersIJSON keeps integers in the I-JSON interoperable range (RFC
+	// 7493 §2.2): an integer literal, or a value whose RFC 8785 form is an
+	// integer literal (integral, below 1e21), must lie within ±(2^53−1).
+	// Floats such as 1e300 or 0.5 pass. For hashed inputs that other
+	// implementations must reproduce bit for bit; a fixed point of RFC 8785.
+	NumbersIJSON
+)
 
 const defaultMaxDepth = 32
 
@@ -84,8 +101,8 @@ func Check(data []byte, lim Limits) error {
 		if dec.StackDepth() > maxDepth {
 			return &Error{CodeTooDeep, fmt.Sprintf("JSON nesting deeper than %d at %s", maxDepth, pointer(dec))}
 		}
-		if lim.SafeNumbers && tok.Kind() == '0' {
-			if err := checkNumber(tok.String()); err != nil {
+		if lim.Numbers != NumbersAny && tok.Kind() == '0' {
+			if err := checkNumber(tok.String(), lim.Numbers); err != nil {
 				return &Error{CodeNumberTooLarge, fmt.Sprintf("number at %s %s", pointer(dec), err)}
 			}
 		}
@@ -150,15 +167,30 @@ func classify(err error, dec *jsontext.Decoder) error {
 	return &Error{CodeInvalidJSON, "body is not valid JSON"}
 }
 
-func checkNumber(lit string) error {
+func checkNumber(lit string, rule NumberRule) error {
 	f, err := strconv.ParseFloat(lit, 64)
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 		return errors.New("does not fit an IEEE 754 double")
 	}
-	// An integer literal (no fraction, no exponent) states an exact value;
-	// beyond 2^53−1 the double that RFC 8785 serializes is another number.
-	if !strings.ContainsAny(lit, ".eE") && math.Abs(f) > maxSafeInteger {
-		return errors.New("is an integer beyond ±(2^53−1) and would lose precision")
+	switch rule {
+	case NumbersIJSON:
+		// Refused: integer literals beyond the range, and any value whose
+		// RFC 8785 form is such an integer literal (integral magnitudes
+		// below 1e21 are serialized without an exponent).
+		integerLiteral := !strings.ContainsAny(lit, ".eE")
+		if math.Abs(f) > maxSafeInteger && (integerLiteral || (f == math.Trunc(f) && math.Abs(f) < 1e21)) {
+			return errors.New("is an integer beyond ±(2^53−1), outside the I-JSON range (RFC 7493 §2.2)")
+		}
+	case NumbersExact:
+		// An integer literal states an exact value; the double that RFC
+		// 8785 serializes must be that same value.
+		if !strings.ContainsAny(lit, ".eE") {
+			exact, ok := new(big.Int).SetString(lit, 10)
+			got, _ := new(big.Float).SetFloat64(f).Int(nil)
+			if !ok || exact.Cmp(got) != 0 {
+				return errors.New("is an integer an IEEE 754 double cannot hold exactly; it would change when canonicalized")
+			}
+		}
 	}
 	return nil
 }

@@ -17,6 +17,11 @@ func code(err error) string {
 	return ""
 }
 
+var (
+	ijson = Limits{Numbers: NumbersIJSON}
+	exact = Limits{Numbers: NumbersExact}
+)
+
 func TestCheckCodes(t *testing.T) {
 	deep := strings.Repeat("[", 33) + strings.Repeat("]", 33)
 	cases := []struct {
@@ -41,13 +46,18 @@ func TestCheckCodes(t *testing.T) {
 		{"not json", `hello`, Limits{}, CodeInvalidJSON},
 		{"too deep", deep, Limits{}, CodeTooDeep},
 		{"depth at limit ok", strings.Repeat("[", 32) + strings.Repeat("]", 32), Limits{}, ""},
-		{"unsafe int", `{"n":9007199254740992}`, Limits{SafeNumbers: true}, CodeNumberTooLarge},
-		{"safe int max", `{"n":9007199254740991}`, Limits{SafeNumbers: true}, ""},
-		{"unsafe negative", `[-9007199254740993]`, Limits{SafeNumbers: true}, CodeNumberTooLarge},
-		{"overflow", `[1e400]`, Limits{SafeNumbers: true}, CodeNumberTooLarge},
-		{"fraction ok", `[0.1, 1e-7, 2.5e10]`, Limits{SafeNumbers: true}, ""},
-		{"exponent form is a float", `[1E30, 9007199254740993.0]`, Limits{SafeNumbers: true}, ""},
-		{"unsafe allowed when off", `[9007199254740993]`, Limits{}, ""},
+		{"ijson: 2^53 out of range", `{"n":9007199254740992}`, ijson, CodeNumberTooLarge},
+		{"ijson: 2^53-1 ok", `{"n":9007199254740991}`, ijson, ""},
+		{"ijson: negative out of range", `[-9007199254740993]`, ijson, CodeNumberTooLarge},
+		{"ijson: integral float out of range", `[1e20]`, ijson, CodeNumberTooLarge},
+		{"ijson: overflow", `[1e400]`, ijson, CodeNumberTooLarge},
+		{"ijson: fractions and large floats ok", `[0.1, 1e-7, 2.5e10, -0, 1e300, 1.5e21]`, ijson, ""},
+		{"ijson: integer literal beyond 1e21", `[1000000000000000000000000]`, ijson, CodeNumberTooLarge},
+		{"exact: inexact integer literal", `{"n":9007199254740993}`, exact, CodeNumberTooLarge},
+		{"exact: exact large integer ok", `[9007199254740992, 100000000000000000000]`, exact, ""},
+		{"exact: exponent form is a float", `[1E30, 9007199254740993.0, 1e20]`, exact, ""},
+		{"exact: overflow", `[-1e400]`, exact, CodeNumberTooLarge},
+		{"any: anything that parses", `[9007199254740993, 1e400]`, Limits{}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -84,7 +94,7 @@ func FuzzCheck(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		err := Check(b, Limits{SafeNumbers: true})
+		err := Check(b, ijson)
 		if err != nil && code(err) == "" {
 			t.Fatalf("error without code: %v", err)
 		}
