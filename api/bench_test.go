@@ -1,0 +1,108 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/keysvc/keysvc/api"
+	"github.com/keysvc/keysvc/backends"
+	"github.com/keysvc/keysvc/backends/software"
+	"github.com/keysvc/keysvc/rotation"
+	"github.com/keysvc/keysvc/store"
+)
+
+// BenchmarkHTTPSign measures, in one run, raw ed25519.Sign beside the full
+// HTTP signing path (keep-alive loopback client → echo → strict decoding →
+// RFC 8785 → JWS → JSON response) with b.RunParallel on GOMAXPROCS
+// goroutines. Compare the signs/s metrics:
+//
+//	go test -run '^$' -bench HTTPSign -benchtime 3s ./api/
+func BenchmarkHTTPSign(b *testing.B) {
+	ctx := context.Background()
+	cfg := store.Config{SQLitePath: filepath.Join(b.TempDir(), "k.db")}
+	if _, err := store.Migrate(ctx, cfg); err != nil {
+		b.Fatal(err)
+	}
+	st, err := store.Open(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	soft, err := software.New(bytes.Repeat([]byte{7}, software.KEKSize))
+	if err != nil {
+		b.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mgr := rotation.New(rotation.Config{Store: st, Backends: []backends.Backend{soft}, Logger: log})
+	if _, _, err := mgr.CreateKey(ctx, rotation.CreateKeyRequest{Name: "bench", Issuer: "villaakerlyckan.se"}, rotation.Actor{Name: "bench"}); err != nil {
+		b.Fatal(err)
+	}
+	secret, rec, err := api.NewToken("bench", []string{api.ScopeSignAll}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := st.InTx(ctx, func(tx store.Tx) error { return tx.InsertToken(ctx, rec) }); err != nil {
+		b.Fatal(err)
+	}
+	auth := api.NewAuthenticator(st, log)
+	if err := auth.Refresh(ctx); err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log}).Handler())
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}
+
+	post := func(b *testing.B, path, body string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewReader([]byte(body)))
+		req.Header.Set("Authorization", "Bearer "+secret)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	rate := func(b *testing.B, start time.Time) {
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "signs/s")
+	}
+	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize))
+	input := []byte("eyJhbGciOiJFZERTQSIsImtpZCI6InZpbGxhYWtlcmx5Y2thbi5zZS0yMDI2LTExLTI5LTAxIn0.eyJvZmZlcl9pZCI6Im9mZmVyOnZpbGxhYWtlcmx5Y2thbi5zZToyMDI2LTA5LTAyLzA1In0")
+	b.Run("raw_ed25519", func(b *testing.B) {
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				_ = ed25519.Sign(key, input)
+			}
+		})
+		rate(b, start)
+	})
+	for _, c := range []struct{ name, path, body string }{
+		{"http_sign", "/v1/keys/bench/sign", `{"payload":{"offer_id":"offer:villaakerlyckan.se:2026-09-02/05"}}`},
+		{"http_mcp_transport", "/v1/keys/bench/mcp-transport", `{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02","checkOut":"2026-09-05","guests":2}}`},
+	} {
+		for _, par := range []int{1, 8} {
+			b.Run(c.name+"/parallelism="+map[int]string{1: "1xGOMAXPROCS", 8: "8xGOMAXPROCS"}[par], func(b *testing.B) {
+				b.SetParallelism(par)
+				start := time.Now()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						post(b, c.path, c.body)
+					}
+				})
+				rate(b, start)
+			})
+		}
+	}
+}
