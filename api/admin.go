@@ -207,6 +207,7 @@ type policyRequest struct {
 	RotationPeriod string `json:"rotation_period"`
 	Prepublish     string `json:"prepublish,omitempty"`
 	Retention      string `json:"retention,omitempty"`
+	TwoPersonRule  bool   `json:"two_person_rule,omitempty"`
 	Reason         string `json:"reason,omitempty"`
 }
 
@@ -231,6 +232,7 @@ func (req policyRequest) policy() (rotation.Policy, error) {
 		return p, err
 	}
 	p.Retention, err = parseDurationField("retention", req.Retention)
+	p.TwoPersonRule = req.TwoPersonRule
 	return p, err
 }
 
@@ -294,11 +296,19 @@ func (s *Server) revokeVersion(c echo.Context) error {
 	if err != nil {
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "compromised_at must be an RFC 3339 date-time")
 	}
-	revoked, next, err := s.cfg.Manager.Revoke(c.Request().Context(), c.Param("kid"), at, req.Reason, rotation.Actor{Name: actorName(principal(c))})
+	approval, revoked, next, err := s.cfg.Manager.RequestRevoke(c.Request().Context(), c.Param("kid"), at, req.Reason, actorOf(principal(c), ""))
 	if err != nil {
 		return lifecycleError(err)
 	}
+	if approval != nil {
+		return c.JSON(http.StatusAccepted, map[string]any{"approval": approvalInfo(*approval)})
+	}
+	return s.revokeResponse(c, *revoked, next)
+}
+
+func (s *Server) revokeResponse(c echo.Context, revoked store.KeyVersion, next *store.KeyVersion) error {
 	out := RevokeResponse{}
+	var err error
 	if out.Revoked, err = versionInfo(revoked); err != nil {
 		return err
 	}
@@ -310,6 +320,59 @@ func (s *Server) revokeVersion(c echo.Context) error {
 		out.Active = &a
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// ApprovalInfo is a two-person approval request as served by the API.
+type ApprovalInfo struct {
+	ID          string          `json:"id"`
+	Key         string          `json:"key"`
+	Action      string          `json:"action"`
+	KID         string          `json:"kid"`
+	Params      json.RawMessage `json:"params"`
+	RequestedBy string          `json:"requested_by"`
+	RequestedAt string          `json:"requested_at"`
+	ExpiresAt   string          `json:"expires_at"`
+	Status      string          `json:"status"`
+	DecidedBy   string          `json:"decided_by,omitempty"`
+	DecidedAt   string          `json:"decided_at,omitempty"`
+}
+
+func approvalInfo(a store.Approval) ApprovalInfo {
+	out := ApprovalInfo{ID: a.ID, Key: a.KeyName, Action: a.Action, KID: a.KID, Params: json.RawMessage(a.Params),
+		RequestedBy: a.RequestedBy, RequestedAt: store.FormatTime(a.RequestedAt), ExpiresAt: store.FormatTime(a.ExpiresAt),
+		Status: a.Status, DecidedBy: a.DecidedBy}
+	if a.DecidedAt != nil {
+		out.DecidedAt = store.FormatTime(*a.DecidedAt)
+	}
+	return out
+}
+
+func (s *Server) listApprovals(c echo.Context) error {
+	status := c.QueryParam("status")
+	switch status {
+	case "", "pending", "approved", "expired":
+	default:
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "status must be pending, approved or expired")
+	}
+	list, err := s.cfg.Store.ListApprovals(c.Request().Context(), status)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Approvals []ApprovalInfo `json:"approvals"`
+	}{Approvals: []ApprovalInfo{}}
+	for _, a := range list {
+		out.Approvals = append(out.Approvals, approvalInfo(a))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) approve(c echo.Context) error {
+	revoked, next, err := s.cfg.Manager.Approve(c.Request().Context(), c.Param("id"), actorOf(principal(c), ""))
+	if err != nil {
+		return lifecycleError(err)
+	}
+	return s.revokeResponse(c, revoked, next)
 }
 
 // AuditEvent is an audit row as served by GET /v1/audit.
@@ -363,6 +426,11 @@ func (s *Server) listAudit(c echo.Context) error {
 
 func actorName(p Principal) string { return "token:" + p.TokenID + "(" + p.Name + ")" }
 
+// actorOf is the audited actor of a request by p.
+func actorOf(p Principal, reason string) rotation.Actor {
+	return rotation.Actor{Name: actorName(p), ID: "token:" + p.TokenID, Reason: reason}
+}
+
 func lifecycleError(err error) error {
 	msg := err.Error()
 	switch {
@@ -380,6 +448,12 @@ func lifecycleError(err error) error {
 		return fail(http.StatusConflict, CodeInvalidTransition, "%s", msg)
 	case errors.Is(err, rotation.ErrPendingExists):
 		return fail(http.StatusConflict, CodePendingExists, "%s", msg)
+	case errors.Is(err, rotation.ErrApprovalRequired):
+		return fail(http.StatusConflict, CodeApprovalRequired, "%s", msg)
+	case errors.Is(err, rotation.ErrApprovalNotFound):
+		return fail(http.StatusNotFound, CodeApprovalNotFound, "%s", msg)
+	case errors.Is(err, rotation.ErrSamePrincipal):
+		return fail(http.StatusForbidden, CodeSamePrincipal, "%s", msg)
 	case errors.Is(err, rotation.ErrUnknownBackend):
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", msg)
 	case errors.Is(err, backends.ErrUnsupportedAlgorithm):

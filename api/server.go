@@ -51,6 +51,9 @@ const (
 	CodeKeyDisabled          = "key_disabled"           // 503: the backend refuses to use the key
 	CodeMessageTooLarge      = "message_too_large"      // 413: signing input over the backend's limit
 	CodeRateLimited          = "rate_limited"           // 429: per-token rate limit; see Retry-After
+	CodeApprovalRequired     = "approval_required"      // 409: two-person rule; use the approval flow
+	CodeApprovalNotFound     = "approval_not_found"     // 404
+	CodeSamePrincipal        = "same_principal"         // 403: the approver asked for the change
 	CodeInternal             = "internal"               // 500: details only in the server log
 )
 
@@ -131,6 +134,8 @@ func New(cfg Config) *Server {
 	e.PUT("/v1/keys/:name/policy", s.setPolicy, s.requireScope(ScopeAdminKeys))
 	e.POST("/v1/versions/:kid/activate", s.activateVersion, s.requireScope(ScopeAdminKeys))
 	e.POST("/v1/versions/:kid/revoke", s.revokeVersion, s.requireScope(ScopeAdminRevoke))
+	e.GET("/v1/approvals", s.listApprovals, s.requireScope(ScopeAdminRevoke))
+	e.POST("/v1/approvals/:id/approve", s.approve, s.requireScope(ScopeAdminRevoke))
 	e.GET("/v1/audit", s.listAudit, s.requireScope(ScopeAuditRead))
 	return s
 }

@@ -190,11 +190,12 @@ type Policy struct {
 	RotationPeriod string `json:"rotation_period,omitempty"`
 	Prepublish     string `json:"prepublish,omitempty"`
 	Retention      string `json:"retention,omitempty"`
+	TwoPersonRule  bool   `json:"two_person_rule,omitempty"`
 }
 
 // SetPolicy replaces a key's rotation policy.
 func (c *Client) SetPolicy(ctx context.Context, name string, p Policy, reason string) error {
-	body := map[string]string{"rotation_period": p.RotationPeriod, "prepublish": p.Prepublish, "retention": p.Retention, "reason": reason}
+	body := map[string]any{"rotation_period": p.RotationPeriod, "prepublish": p.Prepublish, "retention": p.Retention, "two_person_rule": p.TwoPersonRule, "reason": reason}
 	return c.Do(ctx, http.MethodPut, "/v1/keys/"+url.PathEscape(name)+"/policy", body, nil)
 }
 
@@ -207,14 +208,66 @@ func (c *Client) Activate(ctx context.Context, kid, reason string) (Version, err
 	return out.Active, err
 }
 
+// Approval is a two-person approval request.
+type Approval struct {
+	ID          string          `json:"id"`
+	Key         string          `json:"key"`
+	Action      string          `json:"action"`
+	KID         string          `json:"kid"`
+	Params      json.RawMessage `json:"params"`
+	RequestedBy string          `json:"requested_by"`
+	RequestedAt string          `json:"requested_at"`
+	ExpiresAt   string          `json:"expires_at"`
+	Status      string          `json:"status"`
+	DecidedBy   string          `json:"decided_by,omitempty"`
+	DecidedAt   string          `json:"decided_at,omitempty"`
+}
+
+// PendingApproval is returned by Revoke when the key's two-person rule
+// turned the request into an approval that a second principal must grant.
+type PendingApproval struct{ Approval Approval }
+
+func (p *PendingApproval) Error() string {
+	return fmt.Sprintf("approval %s requested: a second officer must run `keysvc approvals approve %s` before %s",
+		p.Approval.ID, p.Approval.ID, p.Approval.ExpiresAt)
+}
+
 // Revoke marks a version compromised at compromisedAt (RFC 3339). When it
-// was active, active is the version that replaced it.
+// was active, active is the version that replaced it. Under the key's
+// two-person rule the error is a *PendingApproval instead.
 func (c *Client) Revoke(ctx context.Context, kid, compromisedAt, reason string) (revoked Version, active *Version, err error) {
+	var out struct {
+		Revoked  Version   `json:"revoked"`
+		Active   *Version  `json:"active"`
+		Approval *Approval `json:"approval"`
+	}
+	err = c.Do(ctx, http.MethodPost, "/v1/versions/"+url.PathEscape(kid)+"/revoke", map[string]string{"compromised_at": compromisedAt, "reason": reason}, &out)
+	if err == nil && out.Approval != nil {
+		return Version{}, nil, &PendingApproval{Approval: *out.Approval}
+	}
+	return out.Revoked, out.Active, err
+}
+
+// Approvals lists two-person approval requests ("" status: all).
+func (c *Client) Approvals(ctx context.Context, status string) ([]Approval, error) {
+	var out struct {
+		Approvals []Approval `json:"approvals"`
+	}
+	path := "/v1/approvals"
+	if status != "" {
+		path += "?status=" + url.QueryEscape(status)
+	}
+	err := c.Do(ctx, http.MethodGet, path, nil, &out)
+	return out.Approvals, err
+}
+
+// Approve grants an approval as a second principal; the change happens now.
+func (c *Client) Approve(ctx context.Context, id string) (revoked Version, active *Version, err error) {
 	var out struct {
 		Revoked Version  `json:"revoked"`
 		Active  *Version `json:"active"`
 	}
-	err = c.Do(ctx, http.MethodPost, "/v1/versions/"+url.PathEscape(kid)+"/revoke", map[string]string{"compromised_at": compromisedAt, "reason": reason}, &out)
+	err = c.Do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id)+"/approve", nil, &out)
 	return out.Revoked, out.Active, err
 }
 

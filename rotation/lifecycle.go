@@ -2,6 +2,8 @@ package rotation
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -286,63 +288,207 @@ func (m *Manager) Activate(ctx context.Context, kid string, actor Actor) (store.
 // rotates immediately (activating the pending version if any, else a new
 // one), so signing never stops. compromisedAt must not be in the future and
 // reason is required. It returns the revoked version and, when a rotation
-// happened, the newly active one. Errors: ErrVersionNotFound,
+// happened, the newly active one. When the key's policy enables the
+// two-person rule, use RequestRevoke and Approve instead: Revoke then
+// refuses with ErrApprovalRequired. Errors: ErrVersionNotFound,
 // ErrInvalidRequest, ErrInvalidTransition (already revoked).
 func (m *Manager) Revoke(ctx context.Context, kid string, compromisedAt time.Time, reason string, actor Actor) (revoked store.KeyVersion, replacement *store.KeyVersion, err error) {
-	if strings.TrimSpace(reason) == "" {
-		return revoked, nil, invalid("a revocation reason is required")
-	}
-	if compromisedAt.IsZero() {
-		return revoked, nil, invalid("compromised_at is required")
-	}
-	name, err := m.keyOf(ctx, kid)
+	name, compromisedAt, err := m.checkRevoke(ctx, kid, compromisedAt, reason)
 	if err != nil {
 		return revoked, nil, err
 	}
-	compromisedAt = compromisedAt.UTC().Truncate(store.Precision)
 	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
-		if compromisedAt.After(now) {
-			return invalid("compromised_at %s is in the future", compromisedAt.Format(time.RFC3339))
+		if st.policy.TwoPersonRule {
+			return fmt.Errorf("%w: key %s requires a second officer's approval to revoke", ErrApprovalRequired, name)
 		}
-		var target *store.KeyVersion
-		for i := range st.versions {
-			if st.versions[i].KID == kid {
-				target = &st.versions[i]
-			}
-		}
-		if target == nil {
-			return fmt.Errorf("%w: %s", ErrVersionNotFound, kid)
-		}
-		if target.State == store.StateRevoked {
-			return fmt.Errorf("%w: %s is already revoked", ErrInvalidTransition, kid)
-		}
-		prev := target.State
-		if prev == store.StateActive {
-			next, err := m.rotateNow(ctx, tx, st, now, Actor{Name: actor.Name, Reason: "revocation of " + kid + ": " + reason})
-			if err != nil {
-				return err
-			}
-			replacement = &next
-			*target = *st.active // now retired at now
-		}
-		if target.State == store.StatePending {
-			st.pending = nil
-		}
-		target.State, target.RevokedAt, target.CompromisedAt, target.RevocationReason = store.StateRevoked, &now, &compromisedAt, reason
-		if err := tx.UpdateVersion(ctx, *target); err != nil {
-			return err
-		}
-		details, _ := json.Marshal(map[string]string{"compromised_at": compromisedAt.Format(time.RFC3339Nano), "previous_state": string(prev)})
-		if _, err := m.audit(ctx, tx, Actor{Name: actor.Name, Reason: reason}, "version.revoke", name, kid, string(details)); err != nil {
-			return err
-		}
-		revoked = *target
-		return nil
+		revoked, replacement, err = m.revokeIn(ctx, tx, st, now, kid, compromisedAt, reason, actor)
+		return err
 	})
 	if err != nil {
 		return store.KeyVersion{}, nil, err
 	}
 	m.log.Warn("key version revoked", "key", name, "kid", kid, "compromised_at", compromisedAt, "actor", actor.Name)
+	return revoked, replacement, nil
+}
+
+// checkRevoke validates a revocation request and finds the key of kid.
+func (m *Manager) checkRevoke(ctx context.Context, kid string, compromisedAt time.Time, reason string) (string, time.Time, error) {
+	if strings.TrimSpace(reason) == "" {
+		return "", compromisedAt, invalid("a revocation reason is required")
+	}
+	if compromisedAt.IsZero() {
+		return "", compromisedAt, invalid("compromised_at is required")
+	}
+	name, err := m.keyOf(ctx, kid)
+	return name, compromisedAt.UTC().Truncate(store.Precision), err
+}
+
+// revokeIn performs a revocation inside a transition.
+func (m *Manager) revokeIn(ctx context.Context, tx store.Tx, st *keyState, now time.Time, kid string, compromisedAt time.Time, reason string, actor Actor) (revoked store.KeyVersion, replacement *store.KeyVersion, err error) {
+	if compromisedAt.After(now) {
+		return revoked, nil, invalid("compromised_at %s is in the future", compromisedAt.Format(time.RFC3339))
+	}
+	var target *store.KeyVersion
+	for i := range st.versions {
+		if st.versions[i].KID == kid {
+			target = &st.versions[i]
+		}
+	}
+	if target == nil {
+		return revoked, nil, fmt.Errorf("%w: %s", ErrVersionNotFound, kid)
+	}
+	if target.State == store.StateRevoked {
+		return revoked, nil, fmt.Errorf("%w: %s is already revoked", ErrInvalidTransition, kid)
+	}
+	prev := target.State
+	if prev == store.StateActive {
+		next, err := m.rotateNow(ctx, tx, st, now, Actor{Name: actor.Name, ID: actor.ID, Reason: "revocation of " + kid + ": " + reason})
+		if err != nil {
+			return revoked, nil, err
+		}
+		replacement = &next
+		*target = *st.active // now retired at now
+	}
+	if target.State == store.StatePending {
+		st.pending = nil
+	}
+	target.State, target.RevokedAt, target.CompromisedAt, target.RevocationReason = store.StateRevoked, &now, &compromisedAt, reason
+	if err := tx.UpdateVersion(ctx, *target); err != nil {
+		return revoked, nil, err
+	}
+	details, _ := json.Marshal(map[string]string{"compromised_at": compromisedAt.Format(time.RFC3339Nano), "previous_state": string(prev)})
+	if _, err := m.audit(ctx, tx, Actor{Name: actor.Name, Reason: reason}, "version.revoke", st.key.Name, kid, string(details)); err != nil {
+		return revoked, nil, err
+	}
+	return *target, replacement, nil
+}
+
+// revokeParams are the parameters of a revocation awaiting approval.
+type revokeParams struct {
+	CompromisedAt time.Time `json:"compromised_at"`
+	Reason        string    `json:"reason"`
+}
+
+// RequestRevoke revokes kid at once, or — when the key's policy enables the
+// two-person rule — records a pending approval that a second principal
+// must grant with Approve within the approval window. Exactly one of
+// approval and revoked is set. Errors: those of Revoke.
+func (m *Manager) RequestRevoke(ctx context.Context, kid string, compromisedAt time.Time, reason string, actor Actor) (approval *store.Approval, revoked *store.KeyVersion, replacement *store.KeyVersion, err error) {
+	name, compromisedAt, err := m.checkRevoke(ctx, kid, compromisedAt, reason)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		if !st.policy.TwoPersonRule {
+			v, next, err := m.revokeIn(ctx, tx, st, now, kid, compromisedAt, reason, actor)
+			revoked, replacement = &v, next
+			return err
+		}
+		if compromisedAt.After(now) {
+			return invalid("compromised_at %s is in the future", compromisedAt.Format(time.RFC3339))
+		}
+		found := false
+		for _, v := range st.versions {
+			if v.KID == kid {
+				found = true
+				if v.State == store.StateRevoked {
+					return fmt.Errorf("%w: %s is already revoked", ErrInvalidTransition, kid)
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: %s", ErrVersionNotFound, kid)
+		}
+		params, err := json.Marshal(revokeParams{CompromisedAt: compromisedAt, Reason: reason})
+		if err != nil {
+			return err
+		}
+		id := make([]byte, 8)
+		if _, err := rand.Read(id); err != nil {
+			return err
+		}
+		a := store.Approval{ID: hex.EncodeToString(id), KeyName: name, Action: "revoke", KID: kid, Params: params,
+			RequestedBy: actor.identity(), RequestedAt: now, ExpiresAt: now.Add(m.approvalWindow), Status: "pending"}
+		if err := tx.InsertApproval(ctx, a); err != nil {
+			return err
+		}
+		details, _ := json.Marshal(map[string]string{"approval": a.ID, "action": "revoke", "compromised_at": compromisedAt.Format(time.RFC3339Nano), "expires_at": a.ExpiresAt.Format(time.RFC3339Nano)})
+		if _, err := m.audit(ctx, tx, Actor{Name: actor.Name, Reason: reason}, "approval.request", name, kid, string(details)); err != nil {
+			return err
+		}
+		approval = &a
+		return nil
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return approval, revoked, replacement, nil
+}
+
+// Approve grants a pending approval as a second principal and performs the
+// change in the same transaction; both principals are in the audit trail.
+// Errors: ErrApprovalNotFound, ErrInvalidTransition (already decided or
+// expired), ErrSamePrincipal, and those of the change.
+func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (revoked store.KeyVersion, replacement *store.KeyVersion, err error) {
+	list, err := m.store.ListApprovals(ctx, "")
+	if err != nil {
+		return revoked, nil, err
+	}
+	name := ""
+	for _, a := range list {
+		if a.ID == id {
+			name = a.KeyName
+		}
+	}
+	if name == "" {
+		return revoked, nil, fmt.Errorf("%w: %s", ErrApprovalNotFound, id)
+	}
+	var expired bool
+	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		a, err := tx.LockApproval(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: %s", ErrApprovalNotFound, id)
+		} else if err != nil {
+			return err
+		}
+		if a.Status != "pending" {
+			return fmt.Errorf("%w: approval %s is already %s", ErrInvalidTransition, id, a.Status)
+		}
+		if a.RequestedBy == actor.identity() {
+			return fmt.Errorf("%w: approval %s was requested by the same principal", ErrSamePrincipal, id)
+		}
+		a.DecidedBy, a.DecidedAt = actor.identity(), &now
+		if !now.Before(a.ExpiresAt) {
+			a.Status, expired = "expired", true
+			if err := tx.DecideApproval(ctx, a); err != nil {
+				return err
+			}
+			_, err := m.audit(ctx, tx, actor, "approval.expire", name, a.KID, fmt.Sprintf(`{"approval":%q}`, id))
+			return err // committed: the expiry is recorded
+		}
+		var p revokeParams
+		if err := json.Unmarshal(a.Params, &p); err != nil {
+			return fmt.Errorf("rotation: approval %s: %w", id, err)
+		}
+		a.Status = "approved"
+		if err := tx.DecideApproval(ctx, a); err != nil {
+			return err
+		}
+		details, _ := json.Marshal(map[string]string{"approval": id, "requested_by": a.RequestedBy})
+		if _, err := m.audit(ctx, tx, actor, "approval.grant", name, a.KID, string(details)); err != nil {
+			return err
+		}
+		revoked, replacement, err = m.revokeIn(ctx, tx, st, now, a.KID, p.CompromisedAt, p.Reason,
+			Actor{Name: a.RequestedBy + " approved by " + actor.Name, ID: actor.ID})
+		return err
+	})
+	if err == nil && expired {
+		err = fmt.Errorf("%w: approval %s expired", ErrInvalidTransition, id)
+	}
+	if err != nil {
+		return store.KeyVersion{}, nil, err
+	}
+	m.log.Warn("key version revoked (two-person rule)", "key", name, "kid", revoked.KID, "approval", id, "approved_by", actor.Name)
 	return revoked, replacement, nil
 }
 

@@ -45,6 +45,12 @@ var (
 	ErrInvalidTransition = errors.New("invalid lifecycle transition")
 	// ErrPendingExists: a scheduled rotation is already pending.
 	ErrPendingExists = errors.New("a pending version already exists")
+	// ErrApprovalRequired: the key's two-person rule requires RequestRevoke + Approve.
+	ErrApprovalRequired = errors.New("a second principal's approval is required")
+	// ErrApprovalNotFound: no approval with that id.
+	ErrApprovalNotFound = errors.New("approval not found")
+	// ErrSamePrincipal: the approver is the principal who asked.
+	ErrSamePrincipal = errors.New("the approver must be a different principal")
 )
 
 // Manager owns every lifecycle change and the Keyring.
@@ -57,6 +63,8 @@ type Manager struct {
 	// empty, the oldest key is the default.
 	defaultKey string
 	maxAge     time.Duration // JWKS Cache-Control max-age verifiers may cache for
+	// approvalWindow is how long a two-person approval request stays open.
+	approvalWindow time.Duration
 
 	mu      sync.Mutex                   // serializes Reload
 	signers map[string]*signer.JWSSigner // by kid; loaded private halves, reused across reloads
@@ -75,18 +83,25 @@ type Config struct {
 	// jwksserve.MaxAge seconds (VRP §3.1); a negative value means max-age=0
 	// (no caching: tests, and deployments that revalidate every fetch).
 	JWKSMaxAge time.Duration
+	// ApprovalWindow is how long a two-person approval request stays open;
+	// default one hour.
+	ApprovalWindow time.Duration
 }
 
 // New returns a Manager with an empty Keyring; call Reload to load history.
 func New(cfg Config) *Manager {
 	m := &Manager{
-		store:      cfg.Store,
-		backends:   map[string]backends.Backend{},
-		now:        cfg.Now,
-		log:        cfg.Logger,
-		defaultKey: cfg.DefaultKey,
-		signers:    map[string]*signer.JWSSigner{},
-		maxAge:     cfg.JWKSMaxAge,
+		store:          cfg.Store,
+		backends:       map[string]backends.Backend{},
+		now:            cfg.Now,
+		log:            cfg.Logger,
+		defaultKey:     cfg.DefaultKey,
+		signers:        map[string]*signer.JWSSigner{},
+		maxAge:         cfg.JWKSMaxAge,
+		approvalWindow: cfg.ApprovalWindow,
+	}
+	if m.approvalWindow <= 0 {
+		m.approvalWindow = time.Hour
 	}
 	switch {
 	case m.maxAge < 0:
@@ -284,8 +299,17 @@ type CreateKeyRequest struct {
 
 // Actor is who asked for a change, and why; recorded in the audit trail.
 type Actor struct {
-	Name   string
+	Name   string // printable, e.g. "token:1a2b3c(alice)"
+	ID     string // stable principal id (API token id); used by the two-person rule
 	Reason string
+}
+
+// identity is how the two-person rule tells principals apart.
+func (a Actor) identity() string {
+	if a.ID != "" {
+		return a.ID
+	}
+	return a.Name
 }
 
 var (

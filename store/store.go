@@ -100,6 +100,22 @@ type APIToken struct {
 	LastUsedAt *time.Time
 }
 
+// Approval is a protected lifecycle change waiting for a second principal
+// (the two-person rule). Params is the action's JSON (opaque to the store).
+type Approval struct {
+	ID          string
+	KeyName     string
+	Action      string // "revoke"
+	KID         string
+	Params      []byte
+	RequestedBy string
+	RequestedAt time.Time
+	ExpiresAt   time.Time
+	Status      string // "pending", "approved", "expired"
+	DecidedBy   string
+	DecidedAt   *time.Time
+}
+
 // Errors returned by every implementation; test with errors.Is.
 var (
 	ErrNotFound = errors.New("store: not found")
@@ -122,6 +138,8 @@ type Reader interface {
 	// ListAudit returns audit rows with Seq > afterSeq, ascending, at most limit (limit <= 0: all).
 	ListAudit(ctx context.Context, afterSeq int64, limit int) ([]AuditEvent, error)
 	ListTokens(ctx context.Context) ([]APIToken, error)
+	// ListApprovals returns approvals, newest first; status "" means all.
+	ListApprovals(ctx context.Context, status string) ([]Approval, error)
 }
 
 // Tx is one explicit transaction. All writes happen through a Tx.
@@ -154,7 +172,13 @@ type Tx interface {
 	// that key history of keyName changed (PostgreSQL NOTIFY, delivered
 	// only on commit; a no-op on SQLite, where one process owns the file).
 	NotifyChange(ctx context.Context, keyName string) error
-	InsertToken(ctx context.Context, t APIToken) error // ErrConflict on duplicate ID or hash
+	InsertToken(ctx context.Context, t APIToken) error    // ErrConflict on duplicate ID or hash
+	InsertApproval(ctx context.Context, a Approval) error // ErrConflict on duplicate ID
+	// LockApproval returns the approval with id, locked until the
+	// transaction ends. ErrNotFound if absent.
+	LockApproval(ctx context.Context, id string) (Approval, error)
+	// DecideApproval sets Status, DecidedBy and DecidedAt of approval a.ID.
+	DecideApproval(ctx context.Context, a Approval) error
 	RevokeToken(ctx context.Context, id string, at time.Time) error
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -17,7 +18,7 @@ import (
 )
 
 func init() {
-	extraCommands = append(extraCommands, newKeysCmd, newTokensCmd, newMigrateCmd, newAuditCmd)
+	extraCommands = append(extraCommands, newKeysCmd, newTokensCmd, newMigrateCmd, newAuditCmd, newApprovalsCmd)
 }
 
 func newKeysCmd() *cobra.Command {
@@ -167,6 +168,14 @@ func newKeysCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			revoked, active, err := c.Revoke(ctx, args[0], compromisedAt, revokeReason)
+			var pending *client.PendingApproval
+			if errors.As(err, &pending) {
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), map[string]any{"approval": pending.Approval})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "two-person rule: %s\n", pending.Error())
+				return nil
+			}
 			if err != nil {
 				return err
 			}
@@ -207,10 +216,62 @@ func newKeysCmd() *cobra.Command {
 	return cmd
 }
 
+func newApprovalsCmd() *cobra.Command {
+	cf := &clientFlags{}
+	cmd := &cobra.Command{Use: "approvals", Short: "Two-person rule: list and grant pending approval requests"}
+	cf.register(cmd)
+	var status string
+	listCmd := &cobra.Command{
+		Use: "list [--status pending]", Short: "List approval requests", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tok, err := cf.token()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			list, err := client.New(cf.server, tok).Approvals(ctx, status)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATUS\tACTION\tKEY\tKID\tREQUESTED BY\tEXPIRES\tDECIDED BY")
+			for _, a := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, a.Action, a.Key, a.KID, a.RequestedBy, a.ExpiresAt, dash(a.DecidedBy))
+			}
+			return tw.Flush()
+		},
+	}
+	listCmd.Flags().StringVar(&status, "status", "pending", "pending, approved, expired, or empty for all")
+	approveCmd := &cobra.Command{
+		Use: "approve ID", Short: "Grant an approval as the second officer; the change happens now", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tok, err := cf.token()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			revoked, active, err := client.New(cf.server, tok).Approve(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked: %s (compromised at %s)\n", revoked.KID, revoked.CompromisedAt)
+			if active != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "active:  %s (since %s)\n", active.KID, active.NotBefore)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(listCmd, approveCmd)
+	return cmd
+}
+
 func policyFlags(cmd *cobra.Command, p *client.Policy) {
 	cmd.Flags().StringVar(&p.RotationPeriod, "rotation-period", "", "rotate on this schedule, e.g. 2160h (0 or empty: by hand only)")
 	cmd.Flags().StringVar(&p.Prepublish, "prepublish", "", "publish the next version this long before it signs; must exceed the JWKS max-age (default twice the max-age)")
 	cmd.Flags().StringVar(&p.Retention, "retention", "", "keep retired versions in the JWKS this long after they stop signing (empty: forever)")
+	cmd.Flags().BoolVar(&p.TwoPersonRule, "two-person-rule", false, "revocation needs a second officer's approval (keysvc approvals approve ID)")
 }
 
 func dash(s string) string {
