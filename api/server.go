@@ -76,9 +76,10 @@ type Config struct {
 
 // Server serves the API.
 type Server struct {
-	cfg    Config
-	echo   *echo.Echo
-	limits *limiters
+	cfg      Config
+	echo     *echo.Echo
+	limits   *limiters
+	surfaces map[string]Surface // "METHOD /route/:param" -> surface
 }
 
 // New builds the echo router with every route.
@@ -104,44 +105,87 @@ func New(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
-	s := &Server{cfg: cfg, echo: e, limits: newLimiters(cfg.RateLimit)}
+	s := &Server{cfg: cfg, echo: e, limits: newLimiters(cfg.RateLimit), surfaces: map[string]Surface{}}
+	e.Use(s.surfaceGuard)
 
 	// Public: no auth, cacheable, served from memory.
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
-	e.GET("/.well-known/jwks.json", s.defaultJWKS)
-	e.HEAD("/.well-known/jwks.json", s.defaultJWKS)
-	e.GET("/v1/keys/:name/jwks.json", s.keyJWKS)
-	e.HEAD("/v1/keys/:name/jwks.json", s.keyJWKS)
-	e.GET("/v1/keys/:name/history.json", s.keyHistory)
-	e.HEAD("/v1/keys/:name/history.json", s.keyHistory)
-	e.GET(WellKnownHistory, s.defaultHistory)
-	e.HEAD(WellKnownHistory, s.defaultHistory)
-	e.GET("/.well-known/did.json", s.didDocument)
-	e.HEAD("/.well-known/did.json", s.didDocument)
+	s.route(SurfaceAll, http.MethodGet, "/healthz", s.healthz)
+	s.route(SurfaceAll, http.MethodGet, "/readyz", s.readyz)
+	s.route(SurfacePublic, http.MethodGet, "/.well-known/jwks.json", s.defaultJWKS)
+	s.route(SurfacePublic, http.MethodHead, "/.well-known/jwks.json", s.defaultJWKS)
+	s.route(SurfacePublic, http.MethodGet, "/v1/keys/:name/jwks.json", s.keyJWKS)
+	s.route(SurfacePublic, http.MethodHead, "/v1/keys/:name/jwks.json", s.keyJWKS)
+	s.route(SurfacePublic, http.MethodGet, "/v1/keys/:name/history.json", s.keyHistory)
+	s.route(SurfacePublic, http.MethodHead, "/v1/keys/:name/history.json", s.keyHistory)
+	s.route(SurfacePublic, http.MethodGet, WellKnownHistory, s.defaultHistory)
+	s.route(SurfacePublic, http.MethodHead, WellKnownHistory, s.defaultHistory)
+	s.route(SurfacePublic, http.MethodGet, "/.well-known/did.json", s.didDocument)
+	s.route(SurfacePublic, http.MethodHead, "/.well-known/did.json", s.didDocument)
 
 	// Signing API.
-	e.POST("/v1/keys/:name/sign", s.sign, s.requireKeyScope("sign:"))
-	e.POST("/v1/keys/:name/mcp-transport", s.mcpTransport, s.requireKeyScope("sign:"))
-	e.POST("/v1/digests/mcp-arguments", s.digestArguments, s.requireAnyToken())
-	e.POST("/v1/digests/sep2828", s.digestSEP2828, s.requireAnyToken())
+	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/sign", s.sign, s.requireKeyScope("sign:"))
+	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/mcp-transport", s.mcpTransport, s.requireKeyScope("sign:"))
+	s.route(SurfaceSign, http.MethodPost, "/v1/digests/mcp-arguments", s.digestArguments, s.requireAnyToken())
+	s.route(SurfaceSign, http.MethodPost, "/v1/digests/sep2828", s.digestSEP2828, s.requireAnyToken())
 
 	// Admin API.
-	e.GET("/v1/keys", s.listKeys, s.requireScope(ScopeAdminKeys))
-	e.POST("/v1/keys", s.createKey, s.requireScope(ScopeAdminKeys))
-	e.GET("/v1/keys/:name/versions", s.listVersions, s.requireScope(ScopeAdminKeys))
-	e.POST("/v1/keys/:name/rotate", s.rotate, s.requireScope(ScopeAdminKeys))
-	e.PUT("/v1/keys/:name/policy", s.setPolicy, s.requireScope(ScopeAdminKeys))
-	e.POST("/v1/versions/:kid/activate", s.activateVersion, s.requireScope(ScopeAdminKeys))
-	e.POST("/v1/versions/:kid/revoke", s.revokeVersion, s.requireScope(ScopeAdminRevoke))
-	e.GET("/v1/approvals", s.listApprovals, s.requireScope(ScopeAdminRevoke))
-	e.POST("/v1/approvals/:id/approve", s.approve, s.requireScope(ScopeAdminRevoke))
-	e.GET("/v1/audit", s.listAudit, s.requireScope(ScopeAuditRead))
+	s.route(SurfaceAdmin, http.MethodGet, "/v1/keys", s.listKeys, s.requireScope(ScopeAdminKeys))
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/keys", s.createKey, s.requireScope(ScopeAdminKeys))
+	s.route(SurfaceAdmin, http.MethodGet, "/v1/keys/:name/versions", s.listVersions, s.requireScope(ScopeAdminKeys))
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/keys/:name/rotate", s.rotate, s.requireScope(ScopeAdminKeys))
+	s.route(SurfaceAdmin, http.MethodPut, "/v1/keys/:name/policy", s.setPolicy, s.requireScope(ScopeAdminKeys))
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/activate", s.activateVersion, s.requireScope(ScopeAdminKeys))
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/revoke", s.revokeVersion, s.requireScope(ScopeAdminRevoke))
+	s.route(SurfaceAdmin, http.MethodGet, "/v1/approvals", s.listApprovals, s.requireScope(ScopeAdminRevoke))
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/approvals/:id/approve", s.approve, s.requireScope(ScopeAdminRevoke))
+	s.route(SurfaceAdmin, http.MethodGet, "/v1/audit", s.listAudit, s.requireScope(ScopeAuditRead))
 	return s
 }
 
-// Handler returns the http.Handler.
-func (s *Server) Handler() http.Handler { return s.echo }
+// Surface is a group of routes that a listener serves (issue 6: the public
+// documents, the signing API and the admin API on separate listeners, so
+// the admin API never has to be reachable where nodes or verifiers are).
+type Surface int
+
+// The surfaces; /healthz and /readyz belong to all.
+const (
+	SurfacePublic Surface = 1 << iota // JWKS, key history, did:web
+	SurfaceSign                       // signing and digest routes
+	SurfaceAdmin                      // key lifecycle, approvals, audit
+	SurfaceAll    = SurfacePublic | SurfaceSign | SurfaceAdmin
+)
+
+// route registers a handler and the surface it belongs to.
+func (s *Server) route(sf Surface, method, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	s.echo.Add(method, path, h, m...)
+	s.surfaces[method+" "+path] = sf
+}
+
+type surfaceKey struct{}
+
+// Handler returns the http.Handler serving every surface.
+func (s *Server) Handler() http.Handler { return s.HandlerFor(SurfaceAll) }
+
+// HandlerFor returns an http.Handler that serves only the routes of the
+// given surfaces; any other route answers 404 not_found, exactly as an
+// unknown path does.
+func (s *Server) HandlerFor(allowed Surface) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.echo.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), surfaceKey{}, allowed)))
+	})
+}
+
+// surfaceGuard refuses routes of surfaces the listener does not serve.
+// It runs after routing (echo's Use), before authentication.
+func (s *Server) surfaceGuard(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		allowed, _ := c.Request().Context().Value(surfaceKey{}).(Surface)
+		if sf, ok := s.surfaces[c.Request().Method+" "+c.Path()]; ok && sf&allowed == 0 {
+			return fail(http.StatusNotFound, CodeNotFound, "no route for %s %s", c.Request().Method, c.Request().URL.Path)
+		}
+		return next(c)
+	}
+}
 
 // apiError is an error with an HTTP status and stable code.
 type apiError struct {

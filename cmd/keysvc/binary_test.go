@@ -79,10 +79,13 @@ func runCLI(t testing.TB, env []string, args ...string) (string, string, int) {
 
 // server is a running `keysvc serve` process.
 type server struct {
-	cmd    *exec.Cmd
-	URL    string
-	stderr *lockedBuffer
-	done   chan error
+	cmd *exec.Cmd
+	URL string // the public listener (and every surface it also serves)
+	// SignURL and AdminURL are the signing and admin listeners; equal to URL
+	// when those surfaces share the public listener.
+	SignURL, AdminURL string
+	stderr            *lockedBuffer
+	done              chan error
 }
 
 type lockedBuffer struct {
@@ -116,26 +119,51 @@ func startServer(t *testing.T, env []string, args ...string) *server {
 		t.Fatal(err)
 	}
 	go func() { s.done <- cmd.Wait(); pw.Close() }()
-	addr := make(chan string, 1)
+	// One "listening" line per listener: public first, then sign/admin
+	// when they have listeners of their own.
+	want := 1
+	for _, a := range args {
+		if a == "--sign-listen" || a == "--admin-listen" {
+			want++
+		}
+	}
+	type listening struct{ surface, url string }
+	addr := make(chan listening, 3)
 	go func() {
 		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			var line struct{ Msg, Addr string }
+		for n := 0; n < want && sc.Scan(); {
+			var line struct {
+				Msg, Addr, Surface string
+				TLS                bool
+			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "listening" {
-				addr <- line.Addr
-				break
+				scheme := "http://"
+				if line.TLS {
+					scheme = "https://"
+				}
+				addr <- listening{line.Surface, scheme + line.Addr}
+				n++
 			}
 		}
 		_, _ = io.Copy(io.Discard, pr)
 	}()
-	select {
-	case a := <-addr:
-		s.URL = "http://" + a
-	case err := <-s.done:
-		t.Fatalf("keysvc serve exited early: %v\n%s", err, s.stderr.String())
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("keysvc serve did not start listening:\n%s", s.stderr.String())
+	for got := 0; got < want; got++ {
+		select {
+		case l := <-addr:
+			switch {
+			case strings.HasPrefix(l.surface, "public"):
+				s.URL, s.SignURL, s.AdminURL = l.url, l.url, l.url
+			case l.surface == "sign":
+				s.SignURL = l.url
+			case l.surface == "admin":
+				s.AdminURL = l.url
+			}
+		case err := <-s.done:
+			t.Fatalf("keysvc serve exited early: %v\n%s", err, s.stderr.String())
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("keysvc serve did not start listening:\n%s", s.stderr.String())
+		}
 	}
 	t.Cleanup(func() { s.stop(t) })
 	return s

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +62,9 @@ type serveOptions struct {
 	servedAtSkew time.Duration
 	rateLimit    float64
 	rateBurst    int
+
+	signListen, signTLSCert, signTLSKey, signClientCA     string
+	adminListen, adminTLSCert, adminTLSKey, adminClientCA string
 }
 
 func newServeCmd() *cobra.Command {
@@ -84,7 +89,15 @@ assertion through its own HTTP API once it is listening.`,
 	for _, bf := range backendFactories {
 		bf.flags(f)
 	}
-	f.StringVar(&o.listen, "listen", envOr("KEYSVC_LISTEN", "127.0.0.1:8080"), "address to listen on (env KEYSVC_LISTEN)")
+	f.StringVar(&o.listen, "listen", envOr("KEYSVC_LISTEN", "127.0.0.1:8080"), "public listener: JWKS, key history, did:web, health (env KEYSVC_LISTEN); also the signing and admin APIs unless they have their own")
+	f.StringVar(&o.signListen, "sign-listen", envOr("KEYSVC_SIGN_LISTEN", ""), "separate listener for the signing API (env KEYSVC_SIGN_LISTEN)")
+	f.StringVar(&o.signTLSCert, "sign-tls-cert", envOr("KEYSVC_SIGN_TLS_CERT", ""), "TLS certificate (PEM) of the signing listener")
+	f.StringVar(&o.signTLSKey, "sign-tls-key", envOr("KEYSVC_SIGN_TLS_KEY", ""), "TLS private key (PEM) of the signing listener")
+	f.StringVar(&o.signClientCA, "sign-client-ca", envOr("KEYSVC_SIGN_CLIENT_CA", ""), "CA bundle (PEM): require client certificates on the signing listener (mutual TLS)")
+	f.StringVar(&o.adminListen, "admin-listen", envOr("KEYSVC_ADMIN_LISTEN", ""), "separate listener for the admin API (env KEYSVC_ADMIN_LISTEN); recommended in production")
+	f.StringVar(&o.adminTLSCert, "admin-tls-cert", envOr("KEYSVC_ADMIN_TLS_CERT", ""), "TLS certificate (PEM) of the admin listener")
+	f.StringVar(&o.adminTLSKey, "admin-tls-key", envOr("KEYSVC_ADMIN_TLS_KEY", ""), "TLS private key (PEM) of the admin listener")
+	f.StringVar(&o.adminClientCA, "admin-client-ca", envOr("KEYSVC_ADMIN_CLIENT_CA", ""), "CA bundle (PEM): require client certificates on the admin listener (mutual TLS)")
 	f.StringVar(&o.kekFile, "kek-file", envOr("KEYSVC_KEK_FILE", ""), "software backend key-encryption key file, base64 of 32 bytes, mode 0600 (env KEYSVC_KEK_FILE); default <data-dir>/kek")
 	f.BoolVar(&o.dev, "dev", false, "development mode: create the KEK, a dev token and a dev key if missing")
 	f.StringVar(&o.devIssuer, "dev-issuer", envOr("KEYSVC_DEV_ISSUER", "localhost"), "issuer of the dev key created by --dev")
@@ -180,31 +193,60 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 		}
 	}
 
-	srv := &http.Server{
-		Handler:           api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes, MaxServedAtSkew: o.servedAtSkew, RateLimit: api.RateLimit{PerSecond: o.rateLimit, Burst: o.rateBurst}}).Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    16 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	ln, err := net.Listen("tcp", o.listen)
+	handler := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes,
+		MaxServedAtSkew: o.servedAtSkew, RateLimit: api.RateLimit{PerSecond: o.rateLimit, Burst: o.rateBurst}})
+	listeners, err := o.listeners()
 	if err != nil {
 		return err
 	}
-	addr := ln.Addr().String()
-	log.Info("listening", "addr", addr, "store", o.store.describe(), "keys", len(mgr.Keyring().Keys), "dev", o.dev)
+	if !o.dev && o.adminListen == "" {
+		log.Warn("the admin API shares the public listener; set --admin-listen (and --admin-tls-*) to keep it off the network verifiers and nodes reach")
+	}
+	var servers []*http.Server
+	errc := make(chan error, len(listeners))
+	signURL := ""
+	for _, l := range listeners {
+		srv := &http.Server{
+			Handler:           handler.HandlerFor(l.surface),
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       15 * time.Second,
+			WriteTimeout:      15 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    16 << 10,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			TLSConfig:         l.tls,
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("%s listener: %w", l.name, err)
+		}
+		scheme := "http"
+		if l.tls != nil {
+			scheme = "https"
+		}
+		log.Info("listening", "surface", l.name, "addr", ln.Addr().String(), "tls", l.tls != nil,
+			"client_certs", l.tls != nil && l.tls.ClientAuth == tls.RequireAndVerifyClientCert,
+			"store", o.store.describe(), "keys", len(mgr.Keyring().Keys), "dev", o.dev)
+		if l.surface&api.SurfaceSign != 0 && l.tls == nil {
+			signURL = scheme + "://" + ln.Addr().String()
+		}
+		servers = append(servers, srv)
+		go func() {
+			if l.tls != nil {
+				errc <- srv.ServeTLS(ln, "", "")
+			} else {
+				errc <- srv.Serve(ln)
+			}
+		}()
+	}
 
 	go auth.Run(ctx, o.reloadEvery)
 	go reloadLoop(ctx, mgr, log, o.reloadEvery)
 	go mgr.Watch(ctx)
 	go mgr.RunScheduler(ctx, o.schedEvery)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 
-	if o.dev {
-		if err := devDemo(ctx, stdout, "http://"+addr, devToken, mgr.Keyring().Default, filepath.Join(o.store.dataDir, devTokenFile)); err != nil {
+	if o.dev && signURL != "" {
+		if err := devDemo(ctx, stdout, signURL, devToken, mgr.Keyring().Default, filepath.Join(o.store.dataDir, devTokenFile)); err != nil {
 			log.Warn("dev demo signature failed", "err", err)
 		}
 	}
@@ -217,7 +259,76 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	log.Info("shutting down")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return srv.Shutdown(shutdownCtx)
+	var errs []error
+	for _, srv := range servers {
+		errs = append(errs, srv.Shutdown(shutdownCtx))
+	}
+	return errors.Join(errs...)
+}
+
+// listener is one of serve's listeners.
+type listener struct {
+	name    string
+	addr    string
+	surface api.Surface
+	tls     *tls.Config
+}
+
+// listeners returns the public listener, serving the signing and admin
+// surfaces too unless they have listeners of their own.
+func (o *serveOptions) listeners() ([]listener, error) {
+	pub := listener{name: "public", addr: o.listen, surface: api.SurfacePublic}
+	out := []listener{}
+	for _, l := range []struct {
+		name, addr, cert, key, ca string
+		surface                   api.Surface
+	}{
+		{"sign", o.signListen, o.signTLSCert, o.signTLSKey, o.signClientCA, api.SurfaceSign},
+		{"admin", o.adminListen, o.adminTLSCert, o.adminTLSKey, o.adminClientCA, api.SurfaceAdmin},
+	} {
+		if l.addr == "" {
+			if l.cert != "" || l.ca != "" {
+				return nil, fmt.Errorf("--%s-tls-* and --%s-client-ca need --%s-listen", l.name, l.name, l.name)
+			}
+			pub.surface |= l.surface
+			pub.name += "+" + l.name
+			continue
+		}
+		cfg, err := tlsConfig(l.name, l.cert, l.key, l.ca)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, listener{name: l.name, addr: l.addr, surface: l.surface, tls: cfg})
+	}
+	return append([]listener{pub}, out...), nil
+}
+
+// tlsConfig loads a listener's certificate and, with a client CA, requires
+// and verifies client certificates (mutual TLS). No certificate: plain HTTP.
+func tlsConfig(name, certFile, keyFile, caFile string) (*tls.Config, error) {
+	if certFile == "" && keyFile == "" {
+		if caFile != "" {
+			return nil, fmt.Errorf("--%s-client-ca needs --%s-tls-cert and --%s-tls-key", name, name, name)
+		}
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener TLS certificate: %w", name, err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s listener client CA: %w", name, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s listener client CA %s: no PEM certificates", name, caFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
 }
 
 func reloadLoop(ctx context.Context, mgr *rotation.Manager, log *slog.Logger, every time.Duration) {

@@ -1,0 +1,65 @@
+package api_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/keysvc/keysvc/api"
+)
+
+// TestSurfaces: each listener serves only its own surface; every other
+// route answers 404 not_found as if it did not exist.
+func TestSurfaces(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.createKey("villa", villa, fixedKind)
+	tok := h.token("all", tokenOK, api.ScopeSignAll, api.ScopeAdminKeys, api.ScopeAdminRevoke, api.ScopeAuditRead)
+	srv := api.New(api.Config{Manager: h.mgr, Auth: h.auth, Store: h.store})
+	type call struct{ method, path, body string }
+	jwks := call{"GET", "/v1/keys/villa/jwks.json", ""}
+	did := call{"GET", "/.well-known/did.json", ""}
+	sign := call{"POST", "/v1/keys/villa/sign", `{"payload":{"a":1}}`}
+	digest := call{"POST", "/v1/digests/mcp-arguments", `{"arguments":{}}`}
+	list := call{"GET", "/v1/keys", ""}
+	audit := call{"GET", "/v1/audit", ""}
+	health := call{"GET", "/healthz", ""}
+	for _, c := range []struct {
+		name    string
+		surface api.Surface
+		ok, nf  []call
+	}{
+		{"public", api.SurfacePublic, []call{jwks, did, health}, []call{sign, digest, list, audit}},
+		{"sign", api.SurfaceSign, []call{sign, digest, health}, []call{jwks, did, list, audit}},
+		{"admin", api.SurfaceAdmin, []call{list, audit, health}, []call{jwks, did, sign, digest}},
+		{"all", api.SurfaceAll, []call{jwks, did, sign, digest, list, audit, health}, nil},
+	} {
+		ts := httptest.NewServer(srv.HandlerFor(c.surface))
+		send := func(k call) (int, string) {
+			req, _ := http.NewRequest(k.method, ts.URL+k.path, strings.NewReader(k.body))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			if k.body != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			resp, err := ts.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, string(b)
+		}
+		for _, k := range c.ok {
+			if st, b := send(k); st != http.StatusOK {
+				t.Errorf("%s listener: %s %s = %d %s, want 200", c.name, k.method, k.path, st, b)
+			}
+		}
+		for _, k := range c.nf {
+			if st, b := send(k); st != http.StatusNotFound || !strings.Contains(b, `"code":"not_found"`) {
+				t.Errorf("%s listener: %s %s = %d %s, want 404 not_found", c.name, k.method, k.path, st, b)
+			}
+		}
+		ts.Close()
+	}
+}

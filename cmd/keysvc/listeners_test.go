@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keysvc/keysvc/client"
+)
+
+// testPKI writes a CA, a server certificate for 127.0.0.1 and a client
+// certificate, all signed by the CA, as PEM files in dir.
+func testPKI(t *testing.T, dir string) (caFile, certFile, keyFile string, clientCert tls.Certificate, roots *x509.CertPool) {
+	t.Helper()
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	caKey := newKey()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "keysvc test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	issue := func(serial int64, cn string, usage x509.ExtKeyUsage, ip bool) ([]byte, *ecdsa.PrivateKey) {
+		k := newKey()
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			KeyUsage: x509.KeyUsageDigitalSignature}
+		if ip {
+			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der, k
+	}
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	keyDER := func(k *ecdsa.PrivateKey) []byte {
+		b, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	srvDER, srvKey := issue(2, "keysvc", x509.ExtKeyUsageServerAuth, true)
+	cliDER, cliKey := issue(3, "officer-1", x509.ExtKeyUsageClientAuth, false)
+	caFile = write("ca.pem", "CERTIFICATE", caDER)
+	certFile = write("server.pem", "CERTIFICATE", srvDER)
+	keyFile = write("server-key.pem", "EC PRIVATE KEY", keyDER(srvKey))
+	clientCert = tls.Certificate{Certificate: [][]byte{cliDER}, PrivateKey: cliKey}
+	roots = x509.NewCertPool()
+	roots.AddCert(ca)
+	return
+}
+
+// TestSeparateListeners runs serve with the public, signing and admin
+// surfaces on three listeners, the admin one over TLS requiring client
+// certificates: each listener serves only its surface, and the admin API
+// refuses a client without a certificate at the TLS handshake.
+func TestSeparateListeners(t *testing.T) {
+	e := newLifecycleEnv(t, "")
+	caFile, certFile, keyFile, clientCert, roots := testPKI(t, t.TempDir())
+	srv := startServer(t, e.env, "--data-dir", e.dir, "--kek-file", e.kek,
+		"--sign-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--admin-tls-cert", certFile, "--admin-tls-key", keyFile, "--admin-client-ca", caFile)
+	if srv.URL == srv.SignURL || srv.URL == srv.AdminURL || !strings.HasPrefix(srv.AdminURL, "https://") {
+		t.Fatalf("listeners: public %s sign %s admin %s", srv.URL, srv.SignURL, srv.AdminURL)
+	}
+	ctx := context.Background()
+	admin := client.New(srv.AdminURL, e.token)
+	admin.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: roots, Certificates: []tls.Certificate{clientCert}, MinVersion: tls.VersionTLS12}}}
+	if _, _, err := admin.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villaakerlyckan.se"}); err != nil {
+		t.Fatalf("admin over mutual TLS: %v", err)
+	}
+	// Without a client certificate the handshake fails.
+	noCert := client.New(srv.AdminURL, e.token)
+	noCert.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	if _, err := noCert.ListKeys(ctx); err == nil {
+		t.Fatal("admin API answered a client without a certificate")
+	}
+	// Signing works on its listener only; admin routes are not on it nor on the public one.
+	waitFor(t, 5*time.Second, "the signing listener knows the key", func() bool {
+		_, err := client.New(srv.SignURL, e.token).Sign(ctx, "villa", map[string]any{"a": 1}, "")
+		return err == nil
+	})
+	for _, c := range []struct {
+		base, what string
+		call       func(*client.Client) error
+	}{
+		{srv.URL, "sign on the public listener", func(c *client.Client) error { _, err := c.Sign(ctx, "villa", map[string]any{"a": 1}, ""); return err }},
+		{srv.URL, "admin on the public listener", func(c *client.Client) error { _, err := c.ListKeys(ctx); return err }},
+		{srv.SignURL, "admin on the signing listener", func(c *client.Client) error { _, err := c.ListKeys(ctx); return err }},
+		{srv.SignURL, "JWKS on the signing listener", func(c *client.Client) error { _, err := c.JWKS(ctx, "villa"); return err }},
+	} {
+		err := c.call(client.New(c.base, e.token))
+		if ce, ok := err.(*client.Error); !ok || ce.Status != http.StatusNotFound || ce.Code != "not_found" {
+			t.Errorf("%s: %v, want 404 not_found", c.what, err)
+		}
+	}
+	if _, err := client.New(srv.URL, "").JWKS(ctx, "villa"); err != nil {
+		t.Fatalf("JWKS on the public listener: %v", err)
+	}
+}
