@@ -80,6 +80,7 @@ type Server struct {
 	echo     *echo.Echo
 	limits   *limiters
 	surfaces map[string]Surface // "METHOD /route/:param" -> surface
+	metrics  *metrics
 }
 
 // New builds the echo router with every route.
@@ -105,7 +106,8 @@ func New(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
-	s := &Server{cfg: cfg, echo: e, limits: newLimiters(cfg.RateLimit), surfaces: map[string]Surface{}}
+	s := &Server{cfg: cfg, echo: e, limits: newLimiters(cfg.RateLimit), surfaces: map[string]Surface{},
+		metrics: newMetrics(cfg.Manager, cfg.Store)}
 	e.Use(s.surfaceGuard)
 
 	// Public: no auth, cacheable, served from memory.
@@ -123,8 +125,8 @@ func New(cfg Config) *Server {
 	s.route(SurfacePublic, http.MethodHead, "/.well-known/did.json", s.didDocument)
 
 	// Signing API.
-	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/sign", s.sign, s.requireKeyScope("sign:"))
-	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/mcp-transport", s.mcpTransport, s.requireKeyScope("sign:"))
+	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/sign", s.sign, s.instrumentSign("jws"), s.requireKeyScope("sign:"))
+	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/mcp-transport", s.mcpTransport, s.instrumentSign("transport"), s.requireKeyScope("sign:"))
 	s.route(SurfaceSign, http.MethodPost, "/v1/digests/mcp-arguments", s.digestArguments, s.requireAnyToken())
 	s.route(SurfaceSign, http.MethodPost, "/v1/digests/sep2828", s.digestSEP2828, s.requireAnyToken())
 
@@ -139,6 +141,9 @@ func New(cfg Config) *Server {
 	s.route(SurfaceAdmin, http.MethodGet, "/v1/approvals", s.listApprovals, s.requireScope(ScopeAdminRevoke))
 	s.route(SurfaceAdmin, http.MethodPost, "/v1/approvals/:id/approve", s.approve, s.requireScope(ScopeAdminRevoke))
 	s.route(SurfaceAdmin, http.MethodGet, "/v1/audit", s.listAudit, s.requireScope(ScopeAuditRead))
+	// Prometheus scrapes without a token: metrics carry key names and
+	// counts, never secrets; they live with the admin surface.
+	s.route(SurfaceAdmin, http.MethodGet, "/metrics", echo.WrapHandler(s.metrics.handler()))
 	return s
 }
 
@@ -399,6 +404,18 @@ func (s *Server) defaultJWKS(c echo.Context) error {
 // Cache-Control max-age and ETag revalidation.
 func (s *Server) serveDoc(c echo.Context, d jwksserve.Document) {
 	jwksserve.ServeMaxAge(c.Response(), c.Request(), d, int(s.cfg.Manager.JWKSMaxAge()/time.Second))
+	s.metrics.docRequests.WithLabelValues(docName(c.Path()), statusLabel(c.Response().Status)).Inc()
+}
+
+// docName names a public document route for metrics.
+func docName(route string) string {
+	switch route {
+	case "/.well-known/did.json":
+		return "did"
+	case WellKnownHistory, "/v1/keys/:name/history.json":
+		return "history"
+	}
+	return "jwks"
 }
 
 // WellKnownHistory is the key-history document of the default key.
@@ -469,6 +486,15 @@ func (s *Server) activeSigner(name string) (*rotation.KeyEntry, *signer.JWSSigne
 	return e, sg, nil
 }
 
+// observeBackend records one backend signature's duration.
+func (s *Server) observeBackend(key string, start time.Time) {
+	backend := "unknown"
+	if e, ok := s.cfg.Manager.Keyring().Keys[key]; ok {
+		backend = e.Key.Backend
+	}
+	s.metrics.backendCall.WithLabelValues(backend, "sign").Observe(time.Since(start).Seconds())
+}
+
 func (s *Server) sign(c echo.Context) error {
 	_, sg, err := s.activeSigner(c.Param("name"))
 	if err != nil {
@@ -488,7 +514,9 @@ func (s *Server) sign(c echo.Context) error {
 	if err != nil {
 		return jsonError(err)
 	}
+	start := time.Now()
 	jws, err := sg.Sign(canon, req.Typ)
+	s.observeBackend(c.Param("name"), start)
 	if err != nil {
 		return signError(err)
 	}
@@ -608,7 +636,9 @@ func (s *Server) mcpTransport(c echo.Context) error {
 		}
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", strings.TrimPrefix(err.Error(), "signer: "))
 	}
+	start := time.Now()
 	jws, err := sg.Sign(payload, signer.TransportJWSTyp)
+	s.observeBackend(e.Key.Name, start)
 	if err != nil {
 		return signError(err)
 	}

@@ -555,6 +555,10 @@ func (m *Manager) due(e *KeyEntry) (at time.Time, ok bool) {
 	return time.Time{}, false
 }
 
+// NextTransition returns when the scheduler next acts on key e
+// (prepublication or activation); ok is false when nothing is scheduled.
+func (m *Manager) NextTransition(e *KeyEntry) (at time.Time, ok bool) { return m.due(e) }
+
 // Tick performs every due scheduled transition: prepublishing the next
 // version of keys whose active version is within prepublish of its
 // rotation period, and activating pending versions whose time has come

@@ -1,0 +1,157 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/keysvc/keysvc/rotation"
+	"github.com/keysvc/keysvc/store"
+)
+
+// metrics are keysvc's Prometheus metrics. Label values are bounded: key
+// names come from the Keyring (unknown names are "unknown"), outcomes are
+// the API's stable error codes.
+type metrics struct {
+	reg          *prometheus.Registry
+	signRequests *prometheus.CounterVec   // key, layer, backend, outcome
+	signDuration *prometheus.HistogramVec // key, layer, backend
+	backendCall  *prometheus.HistogramVec // backend, op
+	docRequests  *prometheus.CounterVec   // document, code
+}
+
+var latencyBuckets = []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1}
+
+func newMetrics(m *rotation.Manager, st store.Store) *metrics {
+	reg := prometheus.NewRegistry()
+	x := &metrics{
+		reg: reg,
+		signRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "keysvc_sign_requests_total",
+			Help: "Sign requests by key, layer (jws, transport), backend and outcome (ok or the error code)."},
+			[]string{"key", "layer", "backend", "outcome"}),
+		signDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "keysvc_sign_duration_seconds",
+			Help: "Time to answer a sign request, from routing to response, in seconds.", Buckets: latencyBuckets},
+			[]string{"key", "layer", "backend"}),
+		backendCall: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "keysvc_backend_call_duration_seconds",
+			Help: "Time of one backend signature (crypto.Signer.Sign) in seconds.", Buckets: latencyBuckets},
+			[]string{"backend", "op"}),
+		docRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "keysvc_jwks_requests_total",
+			Help: "Public document requests (jwks, history, did) by HTTP status; 304s are revalidations."},
+			[]string{"document", "code"}),
+	}
+	reg.MustRegister(x.signRequests, x.signDuration, x.backendCall, x.docRequests,
+		&keyCollector{m: m}, &auditCollector{st: st},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return x
+}
+
+func (x *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(x.reg, promhttp.HandlerOpts{Registry: x.reg})
+}
+
+// instrumentSign records keysvc_sign_requests_total and
+// keysvc_sign_duration_seconds for a signing route.
+func (s *Server) instrumentSign(layer string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			key, backend := "unknown", "unknown"
+			if e, ok := s.cfg.Manager.Keyring().Keys[c.Param("name")]; ok {
+				key, backend = e.Key.Name, e.Key.Backend
+			}
+			outcome := "ok"
+			if err != nil {
+				var ae *apiError
+				if errors.As(err, &ae) {
+					outcome = ae.Code
+				} else {
+					outcome = CodeInternal
+				}
+			}
+			s.metrics.signRequests.WithLabelValues(key, layer, backend, outcome).Inc()
+			s.metrics.signDuration.WithLabelValues(key, layer, backend).Observe(time.Since(start).Seconds())
+			return err
+		}
+	}
+}
+
+// keyCollector reports per-key gauges from the Keyring at scrape time.
+type keyCollector struct{ m *rotation.Manager }
+
+var (
+	keyAgeDesc = prometheus.NewDesc("keysvc_key_age_seconds",
+		"Seconds since the key's active version activated.", []string{"key", "kid"}, nil)
+	nextRotationDesc = prometheus.NewDesc("keysvc_next_rotation_seconds",
+		"Seconds until the key's next scheduled transition (prepublication or activation); negative when overdue.", []string{"key"}, nil)
+	versionsDesc = prometheus.NewDesc("keysvc_key_versions",
+		"Key versions by lifecycle state.", []string{"key", "state"}, nil)
+)
+
+func (k *keyCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- keyAgeDesc
+	ch <- nextRotationDesc
+	ch <- versionsDesc
+}
+
+func (k *keyCollector) Collect(ch chan<- prometheus.Metric) {
+	ring := k.m.Keyring()
+	now := time.Now()
+	for _, name := range ring.SortedNames() {
+		e := ring.Keys[name]
+		counts := map[store.KeyState]int{}
+		for _, v := range e.Versions {
+			counts[v.State]++
+			if v.State == store.StateActive && v.ActivatedAt != nil {
+				ch <- prometheus.MustNewConstMetric(keyAgeDesc, prometheus.GaugeValue, now.Sub(*v.ActivatedAt).Seconds(), name, v.KID)
+			}
+		}
+		for _, st := range []store.KeyState{store.StatePending, store.StateActive, store.StateRetired, store.StateRevoked} {
+			ch <- prometheus.MustNewConstMetric(versionsDesc, prometheus.GaugeValue, float64(counts[st]), name, string(st))
+		}
+		if at, ok := k.m.NextTransition(e); ok {
+			ch <- prometheus.MustNewConstMetric(nextRotationDesc, prometheus.GaugeValue, at.Sub(now).Seconds(), name)
+		}
+	}
+}
+
+// auditCollector reports the audit chain length, reading only rows added
+// since the previous scrape.
+type auditCollector struct {
+	st   store.Store
+	mu   sync.Mutex
+	last int64
+}
+
+var auditDesc = prometheus.NewDesc("keysvc_audit_chain_length", "Rows in the hash-chained audit trail.", nil, nil)
+
+func (a *auditCollector) Describe(ch chan<- *prometheus.Desc) { ch <- auditDesc }
+
+func (a *auditCollector) Collect(ch chan<- prometheus.Metric) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for {
+		rows, err := a.st.ListAudit(ctx, a.last, 1000)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(auditDesc, err)
+			return
+		}
+		if len(rows) == 0 {
+			break
+		}
+		a.last = rows[len(rows)-1].Seq
+	}
+	ch <- prometheus.MustNewConstMetric(auditDesc, prometheus.GaugeValue, float64(a.last))
+}
+
+func statusLabel(code int) string { return strconv.Itoa(code) }
