@@ -54,17 +54,17 @@ func TestMetrics(t *testing.T) {
 		return v
 	}
 	for series, want := range map[string]float64{
-		`keysvc_sign_requests_total{backend="software-fixed",key="villa",layer="jws",outcome="ok"}`:             2,
-		`keysvc_sign_requests_total{backend="software-fixed",key="villa",layer="transport",outcome="ok"}`:       1,
-		`keysvc_sign_requests_total{backend="software-fixed",key="villa",layer="jws",outcome="duplicate_key"}`:  1,
-		`keysvc_sign_requests_total{backend="unknown",key="unknown",layer="jws",outcome="key_not_found"}`:       1,
+		`keysvc_sign_requests_total{backend="software-fixed",key="villa",layer="jws",outcome="ok"}`:            2,
+		`keysvc_sign_requests_total{backend="software-fixed",key="villa",layer="transport",outcome="ok"}`:      1,
+		`keysvc_sign_requests_total{backend="software-fixed",key="villa",layer="jws",outcome="duplicate_key"}`: 1,
+		`keysvc_sign_requests_total{backend="unknown",key="unknown",layer="jws",outcome="key_not_found"}`:      1,
 		`keysvc_sign_duration_seconds_count{backend="software-fixed",key="villa",layer="jws"}`:                 3,
-		`keysvc_backend_call_duration_seconds_count{backend="software-fixed",op="sign"}`:                        3,
-		`keysvc_jwks_requests_total{code="200",document="jwks"}`:                                                1,
-		`keysvc_jwks_requests_total{code="304",document="jwks"}`:                                                1,
-		`keysvc_key_versions{key="villa",state="active"}`:                                                       1,
-		`keysvc_key_versions{key="villa",state="retired"}`:                                                      1,
-		`keysvc_audit_chain_length`:                                                                             6,
+		`keysvc_backend_call_duration_seconds_count{backend="software-fixed",op="sign"}`:                       3,
+		`keysvc_jwks_requests_total{code="200",document="jwks"}`:                                               1,
+		`keysvc_jwks_requests_total{code="304",document="jwks"}`:                                               1,
+		`keysvc_key_versions{key="villa",state="active"}`:                                                      1,
+		`keysvc_key_versions{key="villa",state="retired"}`:                                                     1,
+		`keysvc_audit_chain_length`: 6,
 	} {
 		if got := value(series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
