@@ -9,6 +9,8 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/keysvc/keysvc/backends"
 	"github.com/keysvc/keysvc/internal/strictjson"
@@ -108,6 +111,15 @@ func New(cfg Config) *Server {
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
 	s := &Server{cfg: cfg, echo: e, limits: newLimiters(cfg.RateLimit), surfaces: map[string]Surface{},
 		metrics: newMetrics(cfg.Manager, cfg.Store)}
+	// Every response carries X-Request-Id (the caller's, if it sent a sane
+	// one); error logs name it so an operator can match a client report.
+	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{
+		Generator: func() string { return randomID() },
+		Skipper: func(c echo.Context) bool {
+			id := c.Request().Header.Get(echo.HeaderXRequestID)
+			return id != "" && !validRequestID(id)
+		},
+	}))
 	e.Use(s.surfaceGuard)
 
 	// Public: no auth, cacheable, served from memory.
@@ -192,6 +204,28 @@ func (s *Server) surfaceGuard(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// randomID returns 16 random hex digits.
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// validRequestID accepts caller-chosen request ids of up to 64 printable
+// ASCII characters without spaces (anything else is replaced, so logs
+// cannot be forged through it).
+func validRequestID(id string) bool {
+	if len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
 // apiError is an error with an HTTP status and stable code.
 type apiError struct {
 	Status  int
@@ -244,7 +278,8 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 				ae = fail(he.Code, strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "_"), "%s", http.StatusText(he.Code))
 			}
 		default:
-			log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+			log.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path,
+				"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "err", err)
 			ae = fail(http.StatusInternalServerError, CodeInternal, "internal error")
 		}
 		if err := writeError(c, ae); err != nil {

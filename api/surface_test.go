@@ -63,3 +63,21 @@ func TestSurfaces(t *testing.T) {
 		ts.Close()
 	}
 }
+
+// TestRequestID: every response carries X-Request-Id; a sane caller id is
+// kept, an unsafe one (control characters, too long) is never echoed.
+func TestRequestID(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	resp, _ := h.get("/healthz", "")
+	if id := resp.Header.Get("X-Request-Id"); len(id) != 16 {
+		t.Errorf("generated request id %q", id)
+	}
+	resp, _ = h.do(request{method: http.MethodGet, path: "/healthz", header: map[string]string{"X-Request-Id": "node-1:abc"}})
+	if id := resp.Header.Get("X-Request-Id"); id != "node-1:abc" {
+		t.Errorf("caller request id %q, want node-1:abc", id)
+	}
+	resp, _ = h.do(request{method: http.MethodGet, path: "/healthz", header: map[string]string{"X-Request-Id": strings.Repeat("x", 65)}})
+	if id := resp.Header.Get("X-Request-Id"); id != "" {
+		t.Errorf("an over-long request id was echoed: %q", id)
+	}
+}
