@@ -63,11 +63,19 @@ type serveOptions struct {
 	rateLimit    float64
 	rateBurst    int
 
+	configFile string
+
 	signListen, signTLSCert, signTLSKey, signClientCA     string
 	adminListen, adminTLSCert, adminTLSKey, adminClientCA string
 }
 
 func newServeCmd() *cobra.Command {
+	cmd, _ := newServeCmdWith()
+	return cmd
+}
+
+// newServeCmdWith returns the serve command and the options its flags fill.
+func newServeCmdWith() (*cobra.Command, *serveOptions) {
 	o := &serveOptions{}
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -82,8 +90,17 @@ otherwise an embedded SQLite file in --data-dir.
 named "dev" if there is no key yet, and signs a sample VRP MCP transport
 assertion through its own HTTP API once it is listening.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), cmd.OutOrStdout()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyConfig(cmd.Flags(), o.configFile); err != nil {
+				return err
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout())
+		},
 	}
+	cmd.Flags().StringVar(&o.configFile, "config", envOr("KEYSVC_CONFIG", ""), "YAML configuration file; keys are these flag names (env KEYSVC_CONFIG). Precedence: flags, then KEYSVC_* environment, then the file")
 	o.store.register(cmd)
 	f := cmd.Flags()
 	for _, bf := range backendFactories {
@@ -110,14 +127,26 @@ assertion through its own HTTP API once it is listening.`,
 	f.Float64Var(&o.rateLimit, "rate-limit", 10000, "requests per second each API token may make (token bucket; 0 disables); over it: 429 with Retry-After")
 	f.IntVar(&o.rateBurst, "rate-burst", 20000, "token-bucket burst of --rate-limit")
 	f.DurationVar(&o.servedAtSkew, "max-served-at-skew", 5*time.Minute, "how far a caller-given served_at may lie from the server's clock, either way")
-	return cmd
+	return cmd, o
+}
+
+// validate checks option values that flags alone cannot.
+func (o *serveOptions) validate() error {
+	if o.jwksMaxAge < 0 || o.jwksMaxAge > 5*time.Minute || o.jwksMaxAge%time.Second != 0 {
+		return fmt.Errorf("--jwks-max-age %s: must be whole seconds between 0s and 5m (VRP §3.1 caps JWKS caching at 5 minutes)", o.jwksMaxAge)
+	}
+	if o.servedAtSkew <= 0 || o.reloadEvery <= 0 || o.schedEvery <= 0 {
+		return errors.New("--max-served-at-skew, --reload-interval and --scheduler-interval must be positive")
+	}
+	if o.rateLimit < 0 || o.maxBodyBytes <= 0 {
+		return errors.New("--rate-limit must not be negative and --max-body-bytes must be positive")
+	}
+	_, err := o.listeners()
+	return err
 }
 
 func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if o.jwksMaxAge < 0 || o.jwksMaxAge > 5*time.Minute || o.jwksMaxAge%time.Second != 0 {
-		return fmt.Errorf("--jwks-max-age %s: must be whole seconds between 0s and 5m (VRP §3.1 caps JWKS caching at 5 minutes)", o.jwksMaxAge)
-	}
 	maxAge := o.jwksMaxAge
 	if maxAge == 0 {
 		maxAge = -1 // rotation.Config: negative means no caching
