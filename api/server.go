@@ -54,6 +54,7 @@ const (
 	CodeKeyDisabled          = "key_disabled"           // 503: the backend refuses to use the key
 	CodeMessageTooLarge      = "message_too_large"      // 413: signing input over the backend's limit
 	CodeRateLimited          = "rate_limited"           // 429: per-token rate limit; see Retry-After
+	CodeBatchTooLarge        = "batch_too_large"        // 400: more items than MaxBatchItems
 	CodeApprovalRequired     = "approval_required"      // 409: two-person rule; use the approval flow
 	CodeApprovalNotFound     = "approval_not_found"     // 404
 	CodeSamePrincipal        = "same_principal"         // 403: the approver asked for the change
@@ -72,6 +73,11 @@ type Config struct {
 	// MaxServedAtSkew bounds how far a caller-given served_at may lie from
 	// the server's clock, either way (default 5m).
 	MaxServedAtSkew time.Duration
+	// MaxBatchItems bounds the items of one batch request (default 100).
+	MaxBatchItems int
+	// MaxBatchBodyBytes bounds a batch request body (default MaxBatchItems
+	// times MaxBodyBytes, at most 8 MiB).
+	MaxBatchBodyBytes int64
 	// RateLimit bounds requests per principal; zero value: unlimited.
 	RateLimit RateLimit
 	Now       func() time.Time
@@ -99,6 +105,12 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.MaxBatchItems <= 0 {
+		cfg.MaxBatchItems = 100
+	}
+	if cfg.MaxBatchBodyBytes <= 0 {
+		cfg.MaxBatchBodyBytes = min(int64(cfg.MaxBatchItems)*cfg.MaxBodyBytes, 8<<20)
 	}
 	if cfg.MaxServedAtSkew <= 0 {
 		cfg.MaxServedAtSkew = 5 * time.Minute
@@ -139,6 +151,8 @@ func New(cfg Config) *Server {
 	// Signing API.
 	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/sign", s.sign, s.instrumentSign("jws"), s.requireKeyScope("sign:"))
 	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/mcp-transport", s.mcpTransport, s.instrumentSign("transport"), s.requireKeyScope("sign:"))
+	s.route(SurfaceSign, http.MethodPost, `/v1/keys/:name/sign\:batch`, s.signBatch, s.instrumentSign("jws-batch"), s.requireKeyScope("sign:"))
+	s.route(SurfaceSign, http.MethodPost, `/v1/keys/:name/mcp-transport\:batch`, s.transportBatch, s.instrumentSign("transport-batch"), s.requireKeyScope("sign:"))
 	s.route(SurfaceSign, http.MethodPost, "/v1/digests/mcp-arguments", s.digestArguments, s.requireAnyToken())
 	s.route(SurfaceSign, http.MethodPost, "/v1/digests/sep2828", s.digestSEP2828, s.requireAnyToken())
 
@@ -356,28 +370,43 @@ func (s *Server) requireAnyToken() echo.MiddlewareFunc {
 // decodeBody enforces Content-Type application/json, the body size limit
 // and strict JSON, then decodes into v.
 func (s *Server) decodeBody(c echo.Context, v any) error {
-	req := c.Request()
-	mt, params, err := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
-	if err != nil || mt != "application/json" {
-		return fail(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type must be application/json")
-	}
-	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
-		return fail(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "charset must be utf-8")
-	}
-	if req.ContentLength > s.cfg.MaxBodyBytes {
-		return fail(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
-	}
-	body, err := io.ReadAll(io.LimitReader(req.Body, s.cfg.MaxBodyBytes+1))
+	return s.decodeBodyLimit(c, v, s.cfg.MaxBodyBytes)
+}
+
+// decodeBodyLimit is decodeBody with its own size limit in bytes.
+func (s *Server) decodeBodyLimit(c echo.Context, v any, limit int64) error {
+	body, err := s.readBody(c, limit)
 	if err != nil {
-		return fail(http.StatusBadRequest, strictjson.CodeInvalidJSON, "reading request body failed")
-	}
-	if int64(len(body)) > s.cfg.MaxBodyBytes {
-		return fail(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
+		return err
 	}
 	if err := strictjson.Decode(body, v, strictjson.Limits{}); err != nil {
 		return jsonError(err)
 	}
 	return nil
+}
+
+// readBody enforces Content-Type application/json (charset utf-8 if any)
+// and the size limit, and returns the body.
+func (s *Server) readBody(c echo.Context, limit int64) ([]byte, error) {
+	req := c.Request()
+	mt, params, err := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
+	if err != nil || mt != "application/json" {
+		return nil, fail(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "Content-Type must be application/json")
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
+		return nil, fail(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "charset must be utf-8")
+	}
+	if req.ContentLength > limit {
+		return nil, fail(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body exceeds %d bytes", limit)
+	}
+	body, err := io.ReadAll(io.LimitReader(req.Body, limit+1))
+	if err != nil {
+		return nil, fail(http.StatusBadRequest, strictjson.CodeInvalidJSON, "reading request body failed")
+	}
+	if int64(len(body)) > limit {
+		return nil, fail(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "request body exceeds %d bytes", limit)
+	}
+	return body, nil
 }
 
 func jsonError(err error) error {
@@ -531,7 +560,7 @@ func (s *Server) observeBackend(key string, start time.Time) {
 }
 
 func (s *Server) sign(c echo.Context) error {
-	_, sg, err := s.activeSigner(c.Param("name"))
+	e, sg, err := s.activeSigner(c.Param("name"))
 	if err != nil {
 		return err
 	}
@@ -539,23 +568,32 @@ func (s *Server) sign(c echo.Context) error {
 	if err := s.decodeBody(c, &req); err != nil {
 		return err
 	}
+	out, err := s.signOne(e, sg, req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// signOne signs one JSON object payload as its RFC 8785 bytes.
+func (s *Server) signOne(e *rotation.KeyEntry, sg *signer.JWSSigner, req signRequest) (SignResponse, error) {
 	if len(req.Payload) == 0 || req.Payload.Kind() != '{' {
-		return fail(http.StatusBadRequest, CodeInvalidRequest, "payload must be a JSON object")
+		return SignResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "payload must be a JSON object")
 	}
 	if !validTyp(req.Typ) {
-		return fail(http.StatusBadRequest, CodeInvalidRequest, "typ must be printable ASCII, at most 64 bytes")
+		return SignResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "typ must be printable ASCII, at most 64 bytes")
 	}
 	canon, err := signer.Canonicalize(req.Payload)
 	if err != nil {
-		return jsonError(err)
+		return SignResponse{}, jsonError(err)
 	}
 	start := time.Now()
 	jws, err := sg.Sign(canon, req.Typ)
-	s.observeBackend(c.Param("name"), start)
+	s.observeBackend(e.Key.Name, start)
 	if err != nil {
-		return signError(err)
+		return SignResponse{}, signError(err)
 	}
-	return c.JSON(http.StatusOK, SignResponse{JWS: jws, KID: sg.KID(), Alg: sg.Alg()})
+	return SignResponse{JWS: jws, KID: sg.KID(), Alg: sg.Alg()}, nil
 }
 
 // validTyp applies signer.JWSSigner.Sign's rule for typ (printable ASCII,
@@ -627,23 +665,31 @@ func (s *Server) mcpTransport(c echo.Context) error {
 	if err := s.decodeBody(c, &req); err != nil {
 		return err
 	}
+	out, err := s.transportOne(e, sg, s.cfg.Now(), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// transportOne builds and signs one VRP MCP transport assertion.
+func (s *Server) transportOne(e *rotation.KeyEntry, sg *signer.JWSSigner, now time.Time, req transportRequest) (TransportResponse, error) {
 	if req.Tool == "" {
-		return fail(http.StatusBadRequest, CodeInvalidRequest, "tool is required")
+		return TransportResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "tool is required")
 	}
 	if len(req.Arguments) == 0 {
-		return fail(http.StatusBadRequest, CodeInvalidRequest, "arguments is required (use {} for none)")
+		return TransportResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "arguments is required (use {} for none)")
 	}
-	now := s.cfg.Now()
 	served := now.UTC().Truncate(time.Second)
 	if req.ServedAt != "" {
 		t, err := time.Parse(time.RFC3339Nano, req.ServedAt)
 		if err != nil {
-			return fail(http.StatusBadRequest, CodeInvalidRequest, "served_at must be an RFC 3339 date-time")
+			return TransportResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "served_at must be an RFC 3339 date-time")
 		}
 		// The node asserts when it served the call; it cannot backdate or
 		// postdate that beyond clock skew (the key that signs is today's).
 		if d := t.Sub(now); d < -s.cfg.MaxServedAtSkew || d > s.cfg.MaxServedAtSkew {
-			return fail(http.StatusBadRequest, CodeInvalidRequest, "served_at must lie within %s of the server's time", s.cfg.MaxServedAtSkew)
+			return TransportResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "served_at must lie within %s of the server's time", s.cfg.MaxServedAtSkew)
 		}
 		served = t.UTC()
 	}
@@ -651,7 +697,7 @@ func (s *Server) mcpTransport(c echo.Context) error {
 	if req.ValidFor != "" {
 		d, err := time.ParseDuration(req.ValidFor)
 		if err != nil || d < time.Second || d > s.cfg.MaxValidFor {
-			return fail(http.StatusBadRequest, CodeInvalidRequest, "valid_for must be a duration between 1s and %s, e.g. \"1h\"", s.cfg.MaxValidFor)
+			return TransportResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "valid_for must be a duration between 1s and %s, e.g. \"1h\"", s.cfg.MaxValidFor)
 		}
 		validFor = d
 	}
@@ -661,33 +707,33 @@ func (s *Server) mcpTransport(c echo.Context) error {
 	})
 	switch {
 	case errors.Is(err, signer.ErrArgumentKeyCollision):
-		return fail(http.StatusBadRequest, CodeArgumentKeyCollision, "%s", strings.TrimPrefix(err.Error(), "signer: "))
+		return TransportResponse{}, fail(http.StatusBadRequest, CodeArgumentKeyCollision, "%s", strings.TrimPrefix(err.Error(), "signer: "))
 	case errors.Is(err, signer.ErrArgumentsNotObject):
-		return fail(http.StatusBadRequest, CodeInvalidRequest, "arguments must be a JSON object")
+		return TransportResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "arguments must be a JSON object")
 	case err != nil:
 		var se *strictjson.Error
 		if errors.As(err, &se) {
-			return fail(http.StatusBadRequest, se.Code, "arguments: %s", se.Message)
+			return TransportResponse{}, fail(http.StatusBadRequest, se.Code, "arguments: %s", se.Message)
 		}
-		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", strings.TrimPrefix(err.Error(), "signer: "))
+		return TransportResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "%s", strings.TrimPrefix(err.Error(), "signer: "))
 	}
 	start := time.Now()
 	jws, err := sg.Sign(payload, signer.TransportJWSTyp)
 	s.observeBackend(e.Key.Name, start)
 	if err != nil {
-		return signError(err)
+		return TransportResponse{}, signError(err)
 	}
 	ref := req.Ref
 	if ref == "" {
 		ref = req.OfferRef
 	}
-	return c.JSON(http.StatusOK, TransportResponse{
+	return TransportResponse{
 		Assertion: assertion, JWS: jws, KID: sg.KID(),
 		Attestation: Attestation{
 			Layer: signer.LayerTransport, Source: e.Key.JWKSURL, Signature: jws, Ref: ref,
 			ValidFrom: signer.FormatInstant(served), ValidUntil: signer.FormatInstant(served.Add(validFor)),
 		},
-	})
+	}, nil
 }
 
 func (s *Server) digestArguments(c echo.Context) error {

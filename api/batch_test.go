@@ -1,0 +1,110 @@
+package api_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/keysvc/keysvc/api"
+)
+
+// TestBatch: results come back in item order, a bad item gets its own error
+// code without failing the others, every item is signed by the same key
+// version, and the item count is bounded.
+func TestBatch(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.createKey("villa", villa, fixedKind)
+	tok := h.token("node", tokenOK, "sign:villa")
+	kid := h.mgr.Keyring().Keys["villa"].Active.KID()
+
+	resp, body := h.postJSON("/v1/keys/villa/sign:batch", tok,
+		`{"items":[{"payload":{"b":2,"a":1},"typ":"JWT"},{"payload":{"a":1,"a":2}},{"payload":{"a":1},"typ":"bad\u0001"},{"payload":{"x":true}},{"payload":[1]},{"payload":{"a":1},"extra":1}]}`)
+	wantStatus(t, "sign batch", resp, body, http.StatusOK)
+	var sb struct {
+		Results []struct {
+			Result *api.SignResponse
+			Error  *api.ItemError
+		}
+	}
+	decode(t, body, &sb)
+	wantCodes := []string{"", "duplicate_key", "invalid_request", "", "invalid_request", "unknown_field"}
+	if len(sb.Results) != len(wantCodes) {
+		t.Fatalf("%d results: %s", len(sb.Results), body)
+	}
+	for i, want := range wantCodes {
+		r := sb.Results[i]
+		switch {
+		case want == "" && (r.Result == nil || r.Error != nil || r.Result.KID != kid):
+			t.Errorf("item %d: %+v %+v, want a JWS by %s", i, r.Result, r.Error, kid)
+		case want != "" && (r.Error == nil || r.Error.Code != want || r.Result != nil):
+			t.Errorf("item %d: %+v, want error %s", i, r.Error, want)
+		}
+	}
+	// The first item is exactly the single-item route's answer.
+	resp, single := h.postJSON("/v1/keys/villa/sign", tok, `{"payload":{"b":2,"a":1},"typ":"JWT"}`)
+	wantStatus(t, "single sign", resp, single, http.StatusOK)
+	var one api.SignResponse
+	decode(t, single, &one)
+	if sb.Results[0].Result.JWS != one.JWS {
+		t.Errorf("batch item JWS %s differs from the single-item JWS %s", sb.Results[0].Result.JWS, one.JWS)
+	}
+
+	resp, body = h.postJSON("/v1/keys/villa/mcp-transport:batch", tok,
+		`{"items":[{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02"}},{"tool":"t","arguments":{"checkIn":1,"check_in":2}}]}`)
+	wantStatus(t, "transport batch", resp, body, http.StatusOK)
+	var tb struct {
+		Results []struct {
+			Result *api.TransportResponse
+			Error  *api.ItemError
+		}
+	}
+	decode(t, body, &tb)
+	if len(tb.Results) != 2 || tb.Results[0].Result == nil || tb.Results[0].Result.Attestation.Layer != "transport" ||
+		tb.Results[1].Error == nil || tb.Results[1].Error.Code != api.CodeArgumentKeyCollision {
+		t.Fatalf("transport batch %s", body)
+	}
+
+	items := make([]string, 101)
+	for i := range items {
+		items[i] = `{"payload":{"i":` + fmt.Sprint(i) + `}}`
+	}
+	resp, body = h.postJSON("/v1/keys/villa/sign:batch", tok, `{"items":[`+strings.Join(items, ",")+`]}`)
+	wantError(t, "101 items", resp, body, http.StatusBadRequest, api.CodeBatchTooLarge)
+	resp, body = h.postJSON("/v1/keys/villa/sign:batch", tok, `{"items":[]}`)
+	wantError(t, "no items", resp, body, http.StatusBadRequest, api.CodeInvalidRequest)
+	for _, c := range []struct{ body, code string }{
+		{`{"items":[{"payload":{}}],"items":[]}`, "duplicate_key"},
+		{`{"items":[{"payload":{}}],"more":1}`, "unknown_field"},
+		{`{"items":{"payload":{}}}`, "invalid_field"},
+		{`{"items":[{"payload":{}}]} x`, "trailing_data"},
+		{`[{"payload":{}}]`, "invalid_json"},
+		{`{"items":[{"payload":{}}`, "invalid_json"},
+	} {
+		resp, body = h.postJSON("/v1/keys/villa/sign:batch", tok, c.body)
+		wantError(t, "envelope "+c.body, resp, body, http.StatusBadRequest, c.code)
+	}
+	resp, body = h.postJSON("/v1/keys/villa/sign:batch", tok, "{\"items\":[{\"payload\":{\"a\":\"\xff\"}},{\"payload\":{}}]}")
+	wantStatus(t, "invalid UTF-8 in one item", resp, body, http.StatusOK)
+	if !strings.Contains(string(body), `"code":"invalid_utf8"`) || !strings.Contains(string(body), `"jws":`) {
+		t.Errorf("invalid UTF-8 must fail only its item: %s", body)
+	}
+	resp, body = h.postJSON("/v1/keys/villa/sign:batch", h.token("other", tokenOK, "sign:other"), `{"items":[{"payload":{}}]}`)
+	wantError(t, "wrong scope", resp, body, http.StatusForbidden, api.CodeForbidden)
+
+	// Batch routes belong to the signing surface.
+	pub := httptest.NewServer(api.New(api.Config{Manager: h.mgr, Auth: h.auth, Store: h.store}).HandlerFor(api.SurfacePublic))
+	defer pub.Close()
+	req, _ := http.NewRequest(http.MethodPost, pub.URL+"/v1/keys/villa/sign:batch", strings.NewReader(`{"items":[{"payload":{}}]}`))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	r, err := pub.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusNotFound {
+		t.Errorf("sign:batch on the public listener: %d, want 404", r.StatusCode)
+	}
+}
