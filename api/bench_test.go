@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +89,20 @@ func BenchmarkHTTPSign(b *testing.B) {
 			}
 		})
 		rate(b, start)
+	})
+	items := make([]string, 100)
+	for i := range items {
+		items[i] = `{"payload":{"offer_id":"offer:villaakerlyckan.se:2026-09-02/05","i":` + strconv.Itoa(i) + `}}`
+	}
+	batch := `{"items":[` + strings.Join(items, ",") + `]}`
+	b.Run("http_sign_batch100", func(b *testing.B) {
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				post(b, "/v1/keys/bench/sign:batch", batch)
+			}
+		})
+		b.ReportMetric(float64(100*b.N)/time.Since(start).Seconds(), "signs/s")
 	})
 	for _, c := range []struct{ name, path, body string }{
 		{"http_sign", "/v1/keys/bench/sign", `{"payload":{"offer_id":"offer:villaakerlyckan.se:2026-09-02/05"}}`},
