@@ -545,6 +545,12 @@ func (s *Server) activeSigner(name string) (*rotation.KeyEntry, *signer.JWSSigne
 	}
 	sg := e.SignerAt(s.cfg.Now())
 	if sg == nil {
+		if e.LoadErr != nil {
+			if err := signError(e.LoadErr); err != e.LoadErr {
+				return nil, nil, err
+			}
+			return nil, nil, fail(http.StatusServiceUnavailable, CodeBackendUnavailable, "key %q cannot sign: its backend could not load the key", name)
+		}
 		return nil, nil, fail(http.StatusServiceUnavailable, CodeNoActiveVersion, "key %q has no active version", name)
 	}
 	return e, sg, nil

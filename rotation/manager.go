@@ -154,8 +154,12 @@ type KeyEntry struct {
 	// ahead of time: from NextAt on, SignerAt returns it, so every replica
 	// switches at the scheduled instant without waiting for the database
 	// transition (which records the same instant).
-	Next    *signer.JWSSigner
-	NextAt  time.Time
+	Next   *signer.JWSSigner
+	NextAt time.Time
+	// LoadErr is why a signing version's private half could not be loaded
+	// (backend down, key disabled); nil when all loaded. Retried on the
+	// next reload.
+	LoadErr error
 	JWKS    jwksserve.Document // the plain JWKS (published versions only)
 	History jwksserve.Document // every version, with lifecycle members (K2, K4)
 	// published are the JWKS entries, for the did:web document.
@@ -205,16 +209,24 @@ func (m *Manager) Reload(ctx context.Context) error {
 		for _, v := range versions {
 			switch {
 			case v.State == store.StateActive:
-				if e.Active, err = m.loadSigner(ctx, k, v); err != nil {
-					return err
-				}
 				signing[v.KID] = true
+				if e.Active, err = m.loadSigner(ctx, k, v); errors.Is(err, ErrUnknownBackend) {
+					return err // misconfiguration: refuse loudly
+				} else if err != nil {
+					// One key's backend failing must not stop the others,
+					// nor keep revocations from reaching this replica.
+					e.LoadErr = err
+					m.log.Error("cannot load the active version's signer; the key cannot sign", "key", k.Name, "kid", v.KID, "err", err)
+				}
 			case v.State == store.StatePending && v.ActivatesAt != nil:
-				if e.Next, err = m.loadSigner(ctx, k, v); err != nil {
+				signing[v.KID] = true
+				if e.Next, err = m.loadSigner(ctx, k, v); errors.Is(err, ErrUnknownBackend) {
 					return err
+				} else if err != nil {
+					e.LoadErr = err
+					m.log.Error("cannot load the pending version's signer", "key", k.Name, "kid", v.KID, "err", err)
 				}
 				e.NextAt = *v.ActivatesAt
-				signing[v.KID] = true
 			}
 			if jwksserve.Published(v, time.Duration(pol.Retention), now) {
 				published = append(published, v)

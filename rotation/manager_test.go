@@ -68,6 +68,7 @@ type testBackend struct {
 	creates    atomic.Int64
 	signers    atomic.Int64
 	failCreate atomic.Bool
+	failSigner atomic.Value // string: the kid whose Signer fails with backends.ErrUnavailable
 	// createDelay (nanoseconds) widens race windows: CreateKey sleeps this long.
 	createDelay atomic.Int64
 }
@@ -87,6 +88,9 @@ func (b *testBackend) CreateKey(ctx context.Context, req backends.CreateRequest)
 
 func (b *testBackend) Signer(ctx context.Context, kid string, h backends.Handle) (crypto.Signer, error) {
 	b.signers.Add(1)
+	if k, _ := b.failSigner.Load().(string); k == kid {
+		return nil, fmt.Errorf("%w: token unreachable", backends.ErrUnavailable)
+	}
 	return b.Backend.Signer(ctx, kid, h)
 }
 

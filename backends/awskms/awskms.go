@@ -18,10 +18,10 @@
 // reference is "awskms:<key ARN>?alias=<alias>&region=<region>".
 //
 // Every KMS call waits for a slot of a client-side semaphore (bursts queue
-// rather than fail against the account's Sign quota), runs under a timeout
-// that covers the queue, the call and its retries, and is retried by the
+// rather than fail against the account's Sign quota), and is retried by the
 // SDK's standard retryer with capped, jittered exponential backoff on
-// throttling and transient faults. Errors map to the backends sentinels:
+// throttling and transient faults. Waiting for a slot and the call itself
+// are each bounded by the timeout. Errors map to the backends sentinels:
 // throttling to ErrThrottled, disabled or pending-deletion keys to
 // ErrKeyDisabled, everything that means "KMS cannot be used right now"
 // (network, timeouts, 5xx, credentials, a key that cannot be found) to
@@ -48,8 +48,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/aws/aws-sdk-go-v2/service/kms/types"
@@ -88,8 +88,9 @@ type Config struct {
 	// further calls wait for a slot (within Timeout). KMS's default quota
 	// for ECC Sign is 1,000 requests/s per account and region.
 	MaxConcurrency int
-	// Timeout bounds one operation: waiting for a slot, the call and its
-	// retries. Sign has no context of its own, so this is its deadline.
+	// Timeout bounds the wait for a request slot, and separately one KMS
+	// operation with its retries; Sign (which has no context) returns
+	// within twice this at worst.
 	Timeout time.Duration
 	// MaxAttempts is the SDK retryer's attempt limit (first try included).
 	MaxAttempts int
@@ -241,20 +242,22 @@ func (j jitterBackoff) BackoffDelay(attempt int, _ error) (time.Duration, error)
 	return time.Duration(rand.Int64N(int64(d) + 1)), nil
 }
 
-// call runs fn under the concurrency limit and the operation timeout, and
-// maps its error. The timeout covers the wait for a slot.
+// call runs fn under the concurrency limit and maps its error. Waiting for
+// a slot is bounded by Timeout (then ErrThrottled: the client-side queue
+// is full), and so is the call with its retries (then ErrUnavailable).
 func (b *Backend) call(ctx context.Context, op, keyID string, fn func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
-	defer cancel()
+	wait := time.NewTimer(b.cfg.Timeout)
+	defer wait.Stop()
 	select {
 	case b.sem <- struct{}{}:
+	case <-wait.C:
+		return fmt.Errorf("%w: awskms %s %s: all %d request slots stayed busy for %s", backends.ErrThrottled, op, keyID, cap(b.sem), b.cfg.Timeout)
 	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("%w: awskms %s %s: all %d request slots stayed busy for %s", backends.ErrThrottled, op, keyID, cap(b.sem), b.cfg.Timeout)
-		}
 		return fmt.Errorf("%w: awskms %s %s: %w", backends.ErrUnavailable, op, keyID, ctx.Err())
 	}
 	defer func() { <-b.sem }()
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
 	return mapError(op, keyID, fn(ctx))
 }
 
@@ -405,7 +408,7 @@ func (r Ref) String() string {
 func ParseRef(ref string) (Ref, error) {
 	rest, ok := strings.CutPrefix(ref, Kind+":")
 	if !ok {
-		return Ref{}, fmt.Errorf("awskms: reference %q does not start with %s:", ref, Kind)
+		return Ref{}, fmt.Errorf("awskms: reference %q does not start with %q", ref, Kind+":")
 	}
 	id, query, _ := strings.Cut(rest, "?")
 	q, err := url.ParseQuery(query)
@@ -673,10 +676,12 @@ func (b *Backend) Healthy(ctx context.Context) error {
 	if !b.healthAt.IsZero() && time.Since(b.healthAt) < b.cfg.HealthTTL {
 		return b.healthErr
 	}
-	err := b.call(ctx, "ListKeys", "", func(ctx context.Context) error {
-		_, err := b.client.ListKeys(ctx, &kms.ListKeysInput{Limit: aws.Int32(1)})
-		return err
-	})
+	// The probe does not queue for a request slot: a burst that keeps every
+	// slot busy means KMS is working, not that it is down.
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
+	_, err := b.client.ListKeys(cctx, &kms.ListKeysInput{Limit: aws.Int32(1)})
+	err = mapError("ListKeys", "", err)
 	if errors.Is(err, backends.ErrThrottled) {
 		// KMS answered: it is reachable and our credentials work.
 		err = nil
