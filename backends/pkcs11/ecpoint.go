@@ -12,12 +12,12 @@ import (
 // DER encodings of the curve identifiers used as CKA_EC_PARAMS.
 var (
 	// oidEd25519 is the DER OBJECT IDENTIFIER 1.3.101.112 (id-Ed25519,
-	// RFC 8410 §3), the CKA_EC_PARAMS PKCS#11 v3.0 §2.3.10 prefers.
+	// RFC 8410 §3). SoftHSM2 and OpenSC accept it as CKA_EC_PARAMS.
 	oidEd25519 = []byte{0x06, 0x03, 0x2b, 0x65, 0x70}
 	// printableEd25519 is the DER PrintableString "edwards25519", the
-	// curve-name form PKCS#11 v3.0 also allows; tried when a token refuses
-	// the OID.
-	printableEd25519 = append([]byte{0x13, byte(len(ed25519PrintableName))}, ed25519PrintableName...)
+	// curve-name form PKCS#11 v3.0 also allows (and pkcs11-tool writes);
+	// tried when a token refuses the OID.
+	printableEd25519 = append([]byte{0x13, byte(len(ed25519CurveName))}, ed25519CurveName...)
 	// oidP256 is the DER OBJECT IDENTIFIER 1.2.840.10045.3.1.7
 	// (prime256v1 / secp256r1, RFC 5480 §2.1.1.1).
 	oidP256 = []byte{0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07}
@@ -43,7 +43,7 @@ func parseEd25519Point(v []byte) (ed25519.PublicKey, error) {
 // OCTET STRING as PKCS#11 specifies, or bare as some tokens return it.
 func parseP256Point(v []byte) (*ecdsa.PublicKey, error) {
 	point := v
-	if len(v) != p256UncompressedPointSz {
+	if len(v) != p256PointSize {
 		var inner []byte
 		rest, err := asn1.Unmarshal(v, &inner)
 		if err != nil || len(rest) != 0 {
@@ -51,7 +51,7 @@ func parseP256Point(v []byte) (*ecdsa.PublicKey, error) {
 		}
 		point = inner
 	}
-	if len(point) != p256UncompressedPointSz || point[0] != 0x04 {
+	if len(point) != p256PointSize || point[0] != 0x04 {
 		return nil, fmt.Errorf("CKA_EC_POINT of a P-256 key holds %d bytes; want a 65-byte uncompressed point", len(point))
 	}
 	pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), point)

@@ -28,7 +28,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,17 +46,20 @@ const (
 )
 
 // PKCS#11 v3.0 values that github.com/miekg/pkcs11 v1.1.2 does not define
-// (PKCS#11 v3.0 §2.3.6 and §6.3).
+// (PKCS#11 v3.0 pkcs11t.h).
 const (
-	ckkECEdwards            = 0x40   // CKK_EC_EDWARDS
-	ckmECEdwardsKeyPairGen  = 0x1055 // CKM_EC_EDWARDS_KEY_PAIR_GEN
-	ckmEdDSA                = 0x1057 // CKM_EDDSA: pure Ed25519 without parameters, single-part C_Sign
-	keyIDSize               = 16     // bytes of the random CKA_ID of each key version
-	maxReconnectEvery       = time.Second
-	ed25519PrintableName    = "edwards25519"
-	ed25519SignatureSize    = 64
-	p256RawSignatureSize    = 64
-	p256UncompressedPointSz = 65
+	ckkECEdwards           = 0x40   // CKK_EC_EDWARDS
+	ckmECEdwardsKeyPairGen = 0x1055 // CKM_EC_EDWARDS_KEY_PAIR_GEN
+	ckmEdDSA               = 0x1057 // CKM_EDDSA: without parameters, pure Ed25519 with a single-part C_Sign
+)
+
+const (
+	keyIDSize            = 16          // bytes of the random CKA_ID of each key version
+	maxReconnectEvery    = time.Second // at most one reconnect attempt per interval (the timeout, when shorter)
+	ed25519SignatureSize = 64
+	p256RawSignatureSize = 64 // CKM_ECDSA output for P-256: r||s, 32 bytes each
+	p256PointSize        = 65 // uncompressed SEC 1 point 04||X||Y
+	ed25519CurveName     = "edwards25519"
 )
 
 // Config configures a Backend. PIN is the user PIN; it is never logged nor
@@ -78,8 +80,9 @@ var (
 	// label. It also wraps backends.ErrUnavailable.
 	ErrTokenNotFound = errors.New("pkcs11: token not found")
 	// ErrLoginFailed: the token refused the PIN (incorrect, locked,
-	// expired). keysvc does not retry a rejected PIN: every attempt
-	// counts toward the token's lockout.
+	// expired). It also wraps backends.ErrUnavailable. keysvc does not
+	// retry a rejected PIN (every attempt counts toward the token's
+	// lockout): after one, the backend fails until restarted.
 	ErrLoginFailed = errors.New("pkcs11: login failed")
 )
 
@@ -93,12 +96,12 @@ type Backend struct {
 	lanes   chan *lane    // the session pool: one lane per session, taken for a call
 	control chan struct{} // one slot for calls that need no session: token info, reconnect
 
-	state       atomic.Pointer[tokenState]
-	reconnectMu sync.Mutex   // one reconnect at a time
-	lastAttempt atomic.Int64 // unix nanos of the last reconnect attempt
-	loginErr    atomic.Pointer[error]
-	stuck       atomic.Int64 // calls abandoned after their timeout, still inside the library
-	closed      atomic.Bool
+	state        atomic.Pointer[tokenState]
+	reconnecting chan struct{}         // one reconnect at a time
+	lastAttempt  atomic.Int64          // unix nanos of the last reconnect attempt
+	loginErr     atomic.Pointer[error] // a rejected PIN: never tried again
+	stuck        atomic.Int64          // calls abandoned after their timeout, still inside the library
+	closed       atomic.Bool
 }
 
 // tokenState is an immutable snapshot of where the token is. Sessions and
@@ -106,7 +109,6 @@ type Backend struct {
 type tokenState struct {
 	modGen uint64 // module generation the slot was found in
 	slot   uint
-	seq    uint64
 	err    error // non-nil: the token is unreachable (the cause)
 }
 
@@ -177,6 +179,8 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		log:     cfg.Logger.With("backend", Kind, "token", cfg.TokenLabel),
 		lanes:   make(chan *lane, cfg.Sessions),
 		control: make(chan struct{}, 1),
+
+		reconnecting: make(chan struct{}, 1),
 	}
 	for i := 0; i < cfg.Sessions; i++ {
 		b.lanes <- &lane{}
@@ -233,6 +237,11 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	b.log.Info("PKCS#11 token ready", "module", cfg.ModulePath, "slot", st.slot, "sessions", cfg.Sessions, "timeout", cfg.Timeout.String())
 	return b, nil
 }
+
+var (
+	_ backends.Backend       = (*Backend)(nil)
+	_ backends.HealthChecker = (*Backend)(nil)
+)
 
 // Kind returns "pkcs11".
 func (b *Backend) Kind() string { return Kind }
@@ -314,32 +323,35 @@ func (b *Backend) findToken() (*tokenState, error) {
 
 type tokenNotFoundError struct{ msg string }
 
-func (e *tokenNotFoundError) Error() string   { return e.msg }
-func (e *tokenNotFoundError) Unwrap() []error { return []error{ErrTokenNotFound, backends.ErrUnavailable} }
+func (e *tokenNotFoundError) Error() string { return e.msg }
+func (e *tokenNotFoundError) Unwrap() []error {
+	return []error{ErrTokenNotFound, backends.ErrUnavailable}
+}
 
 type loginError struct{ msg string }
 
-func (e *loginError) Error() string { return e.msg }
-func (e *loginError) Unwrap() error { return ErrLoginFailed }
+func (e *loginError) Error() string   { return e.msg }
+func (e *loginError) Unwrap() []error { return []error{ErrLoginFailed, backends.ErrUnavailable} }
 
+// newLoginError returns the operator-facing error for a C_Login failure
+// that is about the PIN, or nil for any other failure.
 func (b *Backend) newLoginError(err error) error {
-	reason := err.Error()
 	var ce p11.Error
-	if errors.As(err, &ce) {
-		switch ce {
-		case p11.CKR_PIN_INCORRECT, p11.CKR_PIN_LEN_RANGE:
-			reason = "incorrect PIN"
-		case p11.CKR_PIN_LOCKED:
-			reason = "the user PIN is locked (too many wrong attempts; the security officer must unblock it)"
-		case p11.CKR_PIN_EXPIRED:
-			reason = "the user PIN has expired"
-		case p11.CKR_USER_PIN_NOT_INITIALIZED:
-			reason = "the token's user PIN is not initialized"
-		default:
-			return nil // not a PIN problem: a device or session error
-		}
-	} else {
+	if !errors.As(err, &ce) {
 		return nil
+	}
+	var reason string
+	switch ce {
+	case p11.CKR_PIN_INCORRECT, p11.CKR_PIN_LEN_RANGE:
+		reason = "incorrect PIN"
+	case p11.CKR_PIN_LOCKED:
+		reason = "the user PIN is locked (too many wrong attempts; the security officer must unblock it)"
+	case p11.CKR_PIN_EXPIRED:
+		reason = "the user PIN has expired"
+	case p11.CKR_USER_PIN_NOT_INITIALIZED:
+		reason = "the token's user PIN is not initialized"
+	default:
+		return nil // not a PIN problem: a device or session error
 	}
 	return &loginError{msg: fmt.Sprintf("PKCS#11 login to token %q failed: %s", b.cfg.TokenLabel, reason)}
 }

@@ -52,10 +52,11 @@ func (b *Backend) runBounded(ctx context.Context, timer *time.Timer, op string, 
 	case <-timer.C:
 	case <-ctx.Done():
 	}
+	b.stuck.Add(1) // before the swap, so the worker's decrement never comes first
 	if !state.CompareAndSwap(callRunning, callAbandoned) {
+		b.stuck.Add(-1)
 		return <-done // finished in the meantime
 	}
-	b.stuck.Add(1)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: PKCS#11 %s on token %q: %w", backends.ErrUnavailable, op, b.cfg.TokenLabel, err)
 	}
@@ -73,7 +74,7 @@ func (b *Backend) controlCall(ctx context.Context, op string, fn func() error) e
 	select {
 	case b.control <- struct{}{}:
 	case <-timer.C:
-		return fmt.Errorf("%w: PKCS#11 %s on token %q: an earlier call is still stuck in the module", backends.ErrUnavailable, op, b.cfg.TokenLabel)
+		return fmt.Errorf("%w: PKCS#11 %s on token %q: no answer within %s (%d calls stuck in the module)", backends.ErrUnavailable, op, b.cfg.TokenLabel, b.cfg.Timeout, b.stuck.Load())
 	case <-ctx.Done():
 		return fmt.Errorf("%w: PKCS#11 %s: %w", backends.ErrUnavailable, op, ctx.Err())
 	}
@@ -196,9 +197,11 @@ func (b *Backend) openSession(l *lane, st *tokenState) error {
 }
 
 // usable returns the token state, or an error wrapping
-// backends.ErrUnavailable while the token is unreachable. While it is, at
-// most one caller per reconnect interval tries to reconnect; the others
-// fail at once instead of queueing behind a dead device.
+// backends.ErrUnavailable while the token is unreachable. One caller at a
+// time reconnects, at most once per reconnect interval; callers arriving
+// meanwhile wait for that attempt (within the timeout), and while the
+// interval has not passed they fail at once instead of queueing behind a
+// dead device.
 func (b *Backend) usable(ctx context.Context) (*tokenState, error) {
 	st := b.state.Load()
 	if st.err == nil {
@@ -208,12 +211,24 @@ func (b *Backend) usable(ctx context.Context) (*tokenState, error) {
 		return nil, *p
 	}
 	every := min(b.cfg.Timeout, maxReconnectEvery)
-	if time.Since(time.Unix(0, b.lastAttempt.Load())) < every || !b.reconnectMu.TryLock() {
+	if time.Since(time.Unix(0, b.lastAttempt.Load())) < every {
 		return nil, b.unavailable("call", st.err)
 	}
-	defer b.reconnectMu.Unlock()
+	timer := time.NewTimer(b.cfg.Timeout)
+	defer timer.Stop()
+	select {
+	case b.reconnecting <- struct{}{}:
+	case <-timer.C:
+		return nil, b.unavailable("call", st.err)
+	case <-ctx.Done():
+		return nil, b.unavailable("call", st.err)
+	}
+	defer func() { <-b.reconnecting }()
 	if st = b.state.Load(); st.err == nil {
-		return st, nil // another caller reconnected
+		return st, nil // reconnected while we waited
+	}
+	if time.Since(time.Unix(0, b.lastAttempt.Load())) < every {
+		return nil, b.unavailable("call", st.err) // the attempt we waited for failed
 	}
 	b.lastAttempt.Store(time.Now().UnixNano())
 	if err := b.controlCall(ctx, "reconnect", b.reconnect); err != nil {
@@ -256,7 +271,6 @@ func (b *Backend) reconnect() error {
 			return err
 		}
 	}
-	st.seq = old.seq + 1
 	b.state.Store(st)
 	b.log.Info("PKCS#11 token reachable again", "slot", st.slot, "was", old.err)
 	return nil
@@ -296,6 +310,9 @@ func (b *Backend) markBroken(st *tokenState, cause error) {
 // unreachable it tries to reconnect first. Errors wrap
 // backends.ErrUnavailable.
 func (b *Backend) Healthy(ctx context.Context) error {
+	if p := b.loginErr.Load(); p != nil {
+		return *p
+	}
 	st, err := b.usable(ctx)
 	if err != nil {
 		return err

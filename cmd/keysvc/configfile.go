@@ -64,10 +64,15 @@ func applyConfig(fs *pflag.FlagSet, path string) error {
 	return nil
 }
 
-// secretKey reports configuration keys whose values must not be printed.
+// secretKey reports configuration keys whose values must not be printed
+// (PINs, passwords, secrets, tokens — not the files holding them, nor a
+// PKCS#11 token label).
 func secretKey(name string) bool {
+	if strings.HasSuffix(name, "-file") || strings.HasSuffix(name, "-label") {
+		return false
+	}
 	for _, s := range []string{"pin", "token", "secret", "password"} {
-		if strings.Contains(name, s) && !strings.HasSuffix(name, "-file") {
+		if strings.Contains(name, s) {
 			return true
 		}
 	}
