@@ -255,6 +255,24 @@ func (s *Server) setPolicy(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"key": e.Key.Name, "policy": e.Policy})
 }
 
+func (s *Server) setBackend(c echo.Context) error {
+	var req struct {
+		Backend string `json:"backend"`
+		Reason  string `json:"reason,omitempty"`
+	}
+	if err := s.decodeBody(c, &req); err != nil {
+		return err
+	}
+	if err := s.cfg.Manager.SetBackend(c.Request().Context(), c.Param("name"), req.Backend, actorOf(principal(c), req.Reason)); err != nil {
+		return lifecycleError(err)
+	}
+	e, err := s.entry(c.Param("name"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"key": keyInfo(e, s.cfg.Manager.Keyring().Default == e.Key.Name)})
+}
+
 func (s *Server) activateVersion(c echo.Context) error {
 	var req struct {
 		Reason string `json:"reason,omitempty"`

@@ -162,6 +162,7 @@ func New(cfg Config) *Server {
 	s.route(SurfaceAdmin, http.MethodGet, "/v1/keys/:name/versions", s.listVersions, s.requireScope(ScopeAdminKeys))
 	s.route(SurfaceAdmin, http.MethodPost, "/v1/keys/:name/rotate", s.rotate, s.requireScope(ScopeAdminKeys))
 	s.route(SurfaceAdmin, http.MethodPut, "/v1/keys/:name/policy", s.setPolicy, s.requireScope(ScopeAdminKeys))
+	s.route(SurfaceAdmin, http.MethodPut, "/v1/keys/:name/backend", s.setBackend, s.requireScope(ScopeAdminKeys))
 	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/activate", s.activateVersion, s.requireScope(ScopeAdminKeys))
 	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/revoke", s.revokeVersion, s.requireScope(ScopeAdminRevoke))
 	s.route(SurfaceAdmin, http.MethodGet, "/v1/approvals", s.listApprovals, s.requireScope(ScopeAdminRevoke))

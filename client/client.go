@@ -199,6 +199,12 @@ func (c *Client) SetPolicy(ctx context.Context, name string, p Policy, reason st
 	return c.Do(ctx, http.MethodPut, "/v1/keys/"+url.PathEscape(name)+"/policy", body, nil)
 }
 
+// SetBackend moves a key to another backend: its next versions are created
+// there; existing versions stay where they are and keep verifying.
+func (c *Client) SetBackend(ctx context.Context, name, backend, reason string) error {
+	return c.Do(ctx, http.MethodPut, "/v1/keys/"+url.PathEscape(name)+"/backend", map[string]string{"backend": backend, "reason": reason}, nil)
+}
+
 // Activate promotes a pending version now.
 func (c *Client) Activate(ctx context.Context, kid, reason string) (Version, error) {
 	var out struct {

@@ -28,7 +28,7 @@ func BuildHistory(k store.Key, versions []store.KeyVersion) (Document, error) {
 			return Document{}, err
 		}
 		e.RevocationReason = v.RevocationReason
-		e.Backend = k.Backend
+		e.Backend = v.BackendKind(k.Backend)
 		h.Keys = append(h.Keys, e)
 	}
 	return NewDocument(h)

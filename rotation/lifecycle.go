@@ -555,6 +555,27 @@ func (m *Manager) due(e *KeyEntry) (at time.Time, ok bool) {
 	return time.Time{}, false
 }
 
+// SetBackend moves a key to another backend: versions created from now on
+// (by the next rotation) live there, while existing versions stay where
+// they are and keep verifying. The algorithm never changes. Errors:
+// ErrKeyNotFound, ErrUnknownBackend.
+func (m *Manager) SetBackend(ctx context.Context, name, backend string, actor Actor) error {
+	if _, ok := m.backends[backend]; !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownBackend, backend)
+	}
+	return m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		if st.key.Backend == backend {
+			return nil
+		}
+		if err := tx.UpdateKeyBackend(ctx, name, backend); err != nil {
+			return err
+		}
+		details, _ := json.Marshal(map[string]string{"old": st.key.Backend, "new": backend})
+		_, err := m.audit(ctx, tx, actor, "key.backend", name, "", string(details))
+		return err
+	})
+}
+
 // NextTransition returns when the scheduler next acts on key e
 // (prepublication or activation); ok is false when nothing is scheduled.
 func (m *Manager) NextTransition(e *KeyEntry) (at time.Time, ok bool) { return m.due(e) }

@@ -279,9 +279,10 @@ func (m *Manager) loadSigner(ctx context.Context, k store.Key, v store.KeyVersio
 	if s, ok := m.signers[v.KID]; ok {
 		return s, nil
 	}
-	b, ok := m.backends[k.Backend]
+	kind := v.BackendKind(k.Backend)
+	b, ok := m.backends[kind]
 	if !ok {
-		return nil, fmt.Errorf("%w: key %s uses backend %q", ErrUnknownBackend, k.Name, k.Backend)
+		return nil, fmt.Errorf("%w: version %s of key %s uses backend %q", ErrUnknownBackend, v.KID, k.Name, kind)
 	}
 	pub, err := parsePublic(v.PublicJWK)
 	if err != nil {

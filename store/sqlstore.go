@@ -369,6 +369,19 @@ func (t *sqlTx) UpdateKeyPolicy(ctx context.Context, name string, policy []byte)
 	return nil
 }
 
+// UpdateKeyBackend implements Tx.UpdateKeyBackend.
+func (t *sqlTx) UpdateKeyBackend(ctx context.Context, name, backend string) error {
+	op := fmt.Sprintf("update backend of key %q", name)
+	n, err := t.exec(ctx, op, `UPDATE keys SET backend = ? WHERE name = ?`, backend, name)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("store: %s: %w", op, ErrNotFound)
+	}
+	return nil
+}
+
 // --- key versions -------------------------------------------------------
 
 const versionCols = `kid, key_name, algorithm, backend_ref, sealed_private_key, public_jwk, state, created_at,

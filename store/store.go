@@ -14,6 +14,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -71,6 +72,17 @@ type KeyVersion struct {
 	RevokedAt        *time.Time // revocation recorded
 	CompromisedAt    *time.Time // vrp_compromised_at (may precede RevokedAt)
 	RevocationReason string
+}
+
+// BackendKind returns the backend kind holding the version's private half:
+// the scheme of BackendRef ("software:…", "pkcs11:…", "awskms:…"), or
+// fallback (the key's backend) when the reference has none. It can differ
+// from the key's current backend after the key moved to another backend.
+func (v KeyVersion) BackendKind(fallback string) string {
+	if i := strings.IndexByte(v.BackendRef, ':'); i > 0 {
+		return v.BackendRef[:i]
+	}
+	return fallback
 }
 
 // AuditEvent is one row of the append-only, hash-chained audit trail. Seq,
@@ -156,6 +168,8 @@ type Tx interface {
 	LockKey(ctx context.Context, name string) (Key, error)
 	InsertKey(ctx context.Context, k Key) error // ErrConflict on duplicate name
 	UpdateKeyPolicy(ctx context.Context, name string, policy []byte) error
+	// UpdateKeyBackend sets the backend kind new versions of the key use.
+	UpdateKeyBackend(ctx context.Context, name, backend string) error
 	InsertVersion(ctx context.Context, v KeyVersion) error // ErrConflict on duplicate kid / second active
 	// UpdateVersion overwrites State and the instant fields of the version
 	// with v.KID. ErrNotFound if absent; ErrConflict on a second active.

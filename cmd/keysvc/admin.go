@@ -212,7 +212,24 @@ func newKeysCmd() *cobra.Command {
 	// scheduled rotation off) so a bare `keys policy NAME` cannot wipe it.
 	_ = policyCmd.MarkFlagRequired("rotation-period")
 
-	cmd.AddCommand(createCmd, listCmd, versionsCmd, rotateCmd, activateCmd, revokeCmd, policyCmd)
+	var backendTo, backendReason string
+	backendCmd := &cobra.Command{
+		Use:   "backend NAME --to KIND",
+		Short: "Move a key to another backend (software, pkcs11, awskms): the next rotation creates its version there",
+		Args:  cobra.ExactArgs(1),
+		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if err := c.SetBackend(ctx, args[0], backendTo, backendReason); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "key %s now creates new versions in backend %s; rotate (keysvc keys rotate %s --scheduled) to move signing there\n", args[0], backendTo, args[0])
+			return nil
+		}),
+	}
+	backendCmd.Flags().StringVar(&backendTo, "to", "", "backend kind for new versions (required)")
+	backendCmd.Flags().StringVar(&backendReason, "reason", "", "why (recorded in the audit trail)")
+	_ = backendCmd.MarkFlagRequired("to")
+
+	cmd.AddCommand(createCmd, listCmd, versionsCmd, rotateCmd, activateCmd, revokeCmd, policyCmd, backendCmd)
 	return cmd
 }
 
