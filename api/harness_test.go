@@ -64,6 +64,14 @@ type brokenBackend struct {
 
 func (b *brokenBackend) Kind() string { return brokenKind }
 
+// CreateKey names the version with this backend's own reference scheme: a
+// version's signer is loaded from the backend its reference names.
+func (b *brokenBackend) CreateKey(ctx context.Context, req backends.CreateRequest) (backends.Handle, error) {
+	h, err := b.fixedBackend.CreateKey(ctx, req)
+	h.Ref = brokenKind + ":" + req.KID
+	return h, err
+}
+
 func (b *brokenBackend) setErr(err error) { b.mu.Lock(); b.err = err; b.mu.Unlock() }
 
 func (b *brokenBackend) Signer(context.Context, string, backends.Handle) (crypto.Signer, error) {
