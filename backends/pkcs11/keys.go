@@ -100,19 +100,7 @@ func (s *session) generate(alg, label string, id []byte, token bool) (pub, priv 
 			p11.NewAttribute(p11.CKA_DERIVE, false),
 			p11.NewAttribute(p11.CKA_LABEL, label),
 		}
-		privT := []*p11.Attribute{
-			p11.NewAttribute(p11.CKA_CLASS, p11.CKO_PRIVATE_KEY),
-			p11.NewAttribute(p11.CKA_KEY_TYPE, keyType),
-			p11.NewAttribute(p11.CKA_TOKEN, token),
-			p11.NewAttribute(p11.CKA_PRIVATE, true),
-			p11.NewAttribute(p11.CKA_SENSITIVE, true),
-			p11.NewAttribute(p11.CKA_EXTRACTABLE, false),
-			p11.NewAttribute(p11.CKA_SIGN, true),
-			p11.NewAttribute(p11.CKA_DECRYPT, false),
-			p11.NewAttribute(p11.CKA_UNWRAP, false),
-			p11.NewAttribute(p11.CKA_DERIVE, false),
-			p11.NewAttribute(p11.CKA_LABEL, label),
-		}
+		privT := privateKeyTemplate(keyType, token, label)
 		if len(id) > 0 {
 			pubT = append(pubT, p11.NewAttribute(p11.CKA_ID, id))
 			privT = append(privT, p11.NewAttribute(p11.CKA_ID, id))
@@ -527,22 +515,11 @@ func (b *Backend) Import(ctx context.Context, kid string, key crypto.Signer) (ba
 				return fmt.Errorf("pkcs11 backend: token %q already holds an object labelled %q", b.cfg.TokenLabel, label)
 			}
 		}
-		privH, err := s.c.CreateObject(s.sh, []*p11.Attribute{
-			p11.NewAttribute(p11.CKA_CLASS, p11.CKO_PRIVATE_KEY),
-			p11.NewAttribute(p11.CKA_KEY_TYPE, keyType),
+		privH, err := s.c.CreateObject(s.sh, append(privateKeyTemplate(keyType, true, label),
 			p11.NewAttribute(p11.CKA_EC_PARAMS, params),
 			p11.NewAttribute(p11.CKA_VALUE, value),
-			p11.NewAttribute(p11.CKA_TOKEN, true),
-			p11.NewAttribute(p11.CKA_PRIVATE, true),
-			p11.NewAttribute(p11.CKA_SENSITIVE, true),
-			p11.NewAttribute(p11.CKA_EXTRACTABLE, false),
-			p11.NewAttribute(p11.CKA_SIGN, true),
-			p11.NewAttribute(p11.CKA_DECRYPT, false),
-			p11.NewAttribute(p11.CKA_UNWRAP, false),
-			p11.NewAttribute(p11.CKA_DERIVE, false),
-			p11.NewAttribute(p11.CKA_LABEL, label),
 			p11.NewAttribute(p11.CKA_ID, id),
-		})
+		))
 		if err != nil {
 			return fmt.Errorf("C_CreateObject(private key): %w", err)
 		}
@@ -624,4 +601,23 @@ func (b *Backend) Orphans(ctx context.Context, knownKIDs map[string]bool) ([]str
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// privateKeyTemplate is the one attribute policy of every private key
+// keysvc puts in a token, generated or imported: a signing-only key that is
+// private, sensitive and never extractable.
+func privateKeyTemplate(keyType uint, token bool, label string) []*p11.Attribute {
+	return []*p11.Attribute{
+		p11.NewAttribute(p11.CKA_CLASS, p11.CKO_PRIVATE_KEY),
+		p11.NewAttribute(p11.CKA_KEY_TYPE, keyType),
+		p11.NewAttribute(p11.CKA_TOKEN, token),
+		p11.NewAttribute(p11.CKA_PRIVATE, true),
+		p11.NewAttribute(p11.CKA_SENSITIVE, true),
+		p11.NewAttribute(p11.CKA_EXTRACTABLE, false),
+		p11.NewAttribute(p11.CKA_SIGN, true),
+		p11.NewAttribute(p11.CKA_DECRYPT, false),
+		p11.NewAttribute(p11.CKA_UNWRAP, false),
+		p11.NewAttribute(p11.CKA_DERIVE, false),
+		p11.NewAttribute(p11.CKA_LABEL, label),
+	}
 }
