@@ -230,7 +230,7 @@ func (m *Manager) ScheduleRotation(ctx context.Context, name string, actor Actor
 			return fmt.Errorf("%w: %s activates at %s", ErrPendingExists, st.pending.KID, st.pending.ActivatesAt.Format(time.RFC3339))
 		}
 		var err error
-		v, err = m.prepublish(ctx, tx, st, now, now.Add(st.policy.EffectivePrepublish(m.maxAge)), actor)
+		v, err = m.prepublish(ctx, tx, st, now, now.Add(m.effectivePrepublish(st.policy)), actor)
 		return err
 	})
 	return v, err
@@ -495,7 +495,7 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (revoked 
 // SetPolicy replaces a key's rotation policy (validated against the JWKS
 // max-age) and audits the change.
 func (m *Manager) SetPolicy(ctx context.Context, name string, p Policy, actor Actor) error {
-	if err := p.Validate(m.maxAge); err != nil {
+	if err := m.validatePolicy(p); err != nil {
 		return err
 	}
 	raw, err := json.Marshal(p)
@@ -550,7 +550,7 @@ func (m *Manager) due(e *KeyEntry) (at time.Time, ok bool) {
 	case pending != nil && pending.ActivatesAt != nil:
 		return *pending.ActivatesAt, true
 	case pending == nil && active != nil && active.ActivatedAt != nil && e.Policy.RotationPeriod > 0:
-		return active.ActivatedAt.Add(time.Duration(e.Policy.RotationPeriod) - prepublishLead*e.Policy.EffectivePrepublish(m.maxAge)), true
+		return active.ActivatedAt.Add(time.Duration(e.Policy.RotationPeriod) - prepublishLead*m.effectivePrepublish(e.Policy)), true
 	}
 	return time.Time{}, false
 }
@@ -600,7 +600,7 @@ func (m *Manager) Tick(ctx context.Context) (int, error) {
 			}
 			switch {
 			case st.pending == nil && st.active != nil && st.active.ActivatedAt != nil && st.policy.RotationPeriod > 0:
-				pre := st.policy.EffectivePrepublish(m.maxAge)
+				pre := m.effectivePrepublish(st.policy)
 				at := st.active.ActivatedAt.Add(time.Duration(st.policy.RotationPeriod))
 				if now.Before(at.Add(-prepublishLead * pre)) {
 					return nil // another replica did it, or the policy changed

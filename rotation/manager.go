@@ -65,6 +65,8 @@ type Manager struct {
 	maxAge     time.Duration // JWKS Cache-Control max-age verifiers may cache for
 	// approvalWindow is how long a two-person approval request stays open.
 	approvalWindow time.Duration
+	// defaultPrepublish applies to policies without their own prepublish.
+	defaultPrepublish time.Duration
 
 	mu      sync.Mutex                   // serializes Reload
 	signers map[string]*signer.JWSSigner // by kid; loaded private halves, reused across reloads
@@ -86,6 +88,9 @@ type Config struct {
 	// ApprovalWindow is how long a two-person approval request stays open;
 	// default one hour.
 	ApprovalWindow time.Duration
+	// DefaultPrepublish is the prepublish of policies that set none; it
+	// must exceed the JWKS max-age. 0: twice the max-age (at least 1 s).
+	DefaultPrepublish time.Duration
 }
 
 // New returns a Manager with an empty Keyring; call Reload to load history.
@@ -103,6 +108,7 @@ func New(cfg Config) *Manager {
 	if m.approvalWindow <= 0 {
 		m.approvalWindow = time.Hour
 	}
+	m.defaultPrepublish = cfg.DefaultPrepublish
 	switch {
 	case m.maxAge < 0:
 		m.maxAge = 0
@@ -120,6 +126,26 @@ func New(cfg Config) *Manager {
 	}
 	m.ring.Store(&Keyring{Keys: map[string]*KeyEntry{}, DID: map[string]jwksserve.Document{}})
 	return m
+}
+
+// effectivePrepublish is p's prepublish, else the configured default, else
+// twice the JWKS max-age.
+func (m *Manager) effectivePrepublish(p Policy) time.Duration {
+	if p.Prepublish == 0 && m.defaultPrepublish > 0 {
+		return m.defaultPrepublish
+	}
+	return p.EffectivePrepublish(m.maxAge)
+}
+
+// validatePolicy checks p against the JWKS max-age and the effective prepublish.
+func (m *Manager) validatePolicy(p Policy) error {
+	if err := p.Validate(m.maxAge); err != nil {
+		return err
+	}
+	if pre := m.effectivePrepublish(p); p.RotationPeriod > 0 && time.Duration(p.RotationPeriod) <= pre {
+		return invalid("rotation_period %s must exceed prepublish %s", time.Duration(p.RotationPeriod), pre)
+	}
+	return nil
 }
 
 // Backends returns the configured backends, sorted by kind.
@@ -368,7 +394,7 @@ func (m *Manager) CreateKey(ctx context.Context, req CreateKeyRequest, actor Act
 	} else if u, err := url.Parse(req.JWKSURL); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.Fragment != "" {
 		return store.Key{}, store.KeyVersion{}, invalid("jwks_url must be an absolute https URL")
 	}
-	if err := req.Policy.Validate(m.maxAge); err != nil {
+	if err := m.validatePolicy(req.Policy); err != nil {
 		return store.Key{}, store.KeyVersion{}, err
 	}
 	b, ok := m.backends[req.Backend]

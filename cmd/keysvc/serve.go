@@ -48,20 +48,21 @@ type backendFactory struct {
 var backendFactories []backendFactory
 
 type serveOptions struct {
-	store        storeFlags
-	listen       string
-	kekFile      string
-	dev          bool
-	devIssuer    string
-	migrate      bool
-	defaultKey   string
-	reloadEvery  time.Duration
-	maxBodyBytes int64
-	jwksMaxAge   time.Duration
-	schedEvery   time.Duration
-	servedAtSkew time.Duration
-	rateLimit    float64
-	rateBurst    int
+	store             storeFlags
+	listen            string
+	kekFile           string
+	dev               bool
+	devIssuer         string
+	migrate           bool
+	defaultKey        string
+	reloadEvery       time.Duration
+	maxBodyBytes      int64
+	jwksMaxAge        time.Duration
+	schedEvery        time.Duration
+	servedAtSkew      time.Duration
+	rateLimit         float64
+	rateBurst         int
+	defaultPrepublish time.Duration
 
 	configFile string
 
@@ -123,6 +124,7 @@ assertion through its own HTTP API once it is listening.`,
 	f.DurationVar(&o.reloadEvery, "reload-interval", 5*time.Second, "how often to re-read key history and tokens written by other processes")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 64<<10, "largest accepted request body")
 	f.DurationVar(&o.jwksMaxAge, "jwks-max-age", 300*time.Second, "Cache-Control max-age of the public JWKS (at most 5m, VRP §3.1; 0 disables caching); a rotation policy's prepublish must exceed it")
+	f.DurationVar(&o.defaultPrepublish, "default-prepublish", 0, "prepublish of rotation policies that set none; must exceed --jwks-max-age (default twice it)")
 	f.DurationVar(&o.schedEvery, "scheduler-interval", time.Second, "how often the rotation scheduler checks policies (it also wakes at each due instant)")
 	f.Float64Var(&o.rateLimit, "rate-limit", 10000, "requests per second each API token may make (token bucket; 0 disables); over it: 429 with Retry-After")
 	f.IntVar(&o.rateBurst, "rate-burst", 20000, "token-bucket burst of --rate-limit")
@@ -134,6 +136,9 @@ assertion through its own HTTP API once it is listening.`,
 func (o *serveOptions) validate() error {
 	if o.jwksMaxAge < 0 || o.jwksMaxAge > 5*time.Minute || o.jwksMaxAge%time.Second != 0 {
 		return fmt.Errorf("--jwks-max-age %s: must be whole seconds between 0s and 5m (VRP §3.1 caps JWKS caching at 5 minutes)", o.jwksMaxAge)
+	}
+	if o.defaultPrepublish != 0 && o.defaultPrepublish <= o.jwksMaxAge {
+		return fmt.Errorf("--default-prepublish %s must exceed the JWKS Cache-Control max-age %s: verifiers may cache the JWKS that long, so a new version must be published for longer than that before it signs (VRP K3)", o.defaultPrepublish, o.jwksMaxAge)
 	}
 	if o.servedAtSkew <= 0 || o.reloadEvery <= 0 || o.schedEvery <= 0 {
 		return errors.New("--max-served-at-skew, --reload-interval and --scheduler-interval must be positive")
@@ -199,7 +204,7 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 			all = append(all, b)
 		}
 	}
-	mgr := rotation.New(rotation.Config{Store: st, Backends: all, DefaultKey: o.defaultKey, Logger: log, JWKSMaxAge: maxAge})
+	mgr := rotation.New(rotation.Config{Store: st, Backends: all, DefaultKey: o.defaultKey, Logger: log, JWKSMaxAge: maxAge, DefaultPrepublish: o.defaultPrepublish})
 	if err := mgr.Reload(ctx); err != nil {
 		return fmt.Errorf("loading key history: %w", err)
 	}
