@@ -19,7 +19,7 @@ import (
 
 // Scopes a token can carry.
 const (
-	ScopeSignAll     = "sign:*"       // sign with every key; "sign:<key name>" for one key
+	ScopeSignAll     = "sign:*"       // sign with every key; "sign:<key>" for one key; "sign:<key>:<layer>" for one layer of it
 	ScopeAdminKeys   = "admin:keys"   // create keys, rotate
 	ScopeAdminRevoke = "admin:revoke" // revoke key versions
 	ScopeAuditRead   = "audit:read"   // read the audit trail
@@ -36,15 +36,23 @@ type Principal struct {
 	Scopes  []string
 }
 
-// Allows reports whether p holds scope; "sign:*" covers every "sign:<key>".
+// Allows reports whether p holds scope. Scopes are hierarchical with ":"
+// as separator: "sign:*" covers every "sign:…", and "sign:villa" covers
+// "sign:villa:transport" (but not "sign:villa-2").
 func (p Principal) Allows(scope string) bool {
 	for _, s := range p.Scopes {
-		if s == scope || (s == ScopeSignAll && strings.HasPrefix(scope, "sign:")) {
+		if s == scope || (s == ScopeSignAll && strings.HasPrefix(scope, "sign:")) || strings.HasPrefix(scope, s+":") {
 			return true
 		}
 	}
 	return false
 }
+
+// Signing layers a token can be limited to ("sign:<key>:<layer>").
+const (
+	LayerJWS       = "jws"       // POST /v1/keys/{name}/sign and sign:batch (offers, any payload)
+	LayerTransport = "transport" // POST /v1/keys/{name}/mcp-transport and mcp-transport:batch
+)
 
 // NewToken returns a fresh random token (shown once) and the record to store:
 // only its SHA-256 is kept. ttl <= 0 means no expiry.

@@ -149,10 +149,10 @@ func New(cfg Config) *Server {
 	s.route(SurfacePublic, http.MethodHead, "/.well-known/did.json", s.didDocument)
 
 	// Signing API.
-	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/sign", s.sign, s.instrumentSign("jws"), s.requireKeyScope("sign:"))
-	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/mcp-transport", s.mcpTransport, s.instrumentSign("transport"), s.requireKeyScope("sign:"))
-	s.route(SurfaceSign, http.MethodPost, `/v1/keys/:name/sign\:batch`, s.signBatch, s.instrumentSign("jws-batch"), s.requireKeyScope("sign:"))
-	s.route(SurfaceSign, http.MethodPost, `/v1/keys/:name/mcp-transport\:batch`, s.transportBatch, s.instrumentSign("transport-batch"), s.requireKeyScope("sign:"))
+	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/sign", s.sign, s.instrumentSign("jws"), s.requireSignScope(LayerJWS))
+	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/mcp-transport", s.mcpTransport, s.instrumentSign("transport"), s.requireSignScope(LayerTransport))
+	s.route(SurfaceSign, http.MethodPost, `/v1/keys/:name/sign\:batch`, s.signBatch, s.instrumentSign("jws-batch"), s.requireSignScope(LayerJWS))
+	s.route(SurfaceSign, http.MethodPost, `/v1/keys/:name/mcp-transport\:batch`, s.transportBatch, s.instrumentSign("transport-batch"), s.requireSignScope(LayerTransport))
 	s.route(SurfaceSign, http.MethodPost, "/v1/digests/mcp-arguments", s.digestArguments, s.requireAnyToken())
 	s.route(SurfaceSign, http.MethodPost, "/v1/digests/sep2828", s.digestSEP2828, s.requireAnyToken())
 
@@ -341,16 +341,17 @@ func (s *Server) requireScope(scope string) echo.MiddlewareFunc {
 	}
 }
 
-// requireKeyScope requires "<prefix><key name>" (e.g. "sign:villa").
-func (s *Server) requireKeyScope(prefix string) echo.MiddlewareFunc {
+// requireSignScope requires "sign:<key name>:<layer>", which "sign:*" and
+// "sign:<key name>" also grant.
+func (s *Server) requireSignScope(layer string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			p, err := s.authenticate(c)
 			if err != nil {
 				return err
 			}
-			if scope := prefix + c.Param("name"); !p.Allows(scope) {
-				return fail(http.StatusForbidden, CodeForbidden, "token lacks scope %s", scope)
+			if key := "sign:" + c.Param("name"); !p.Allows(key + ":" + layer) {
+				return fail(http.StatusForbidden, CodeForbidden, "token lacks scope %s (or %s:%s)", key, key, layer)
 			}
 			return next(c)
 		}

@@ -81,3 +81,35 @@ func TestRequestID(t *testing.T) {
 		t.Errorf("an over-long request id was echoed: %q", id)
 	}
 }
+
+// TestLayerScopes: "sign:<key>:<layer>" limits a token to one signing
+// layer; "sign:<key>" grants every layer of that key and no other key.
+func TestLayerScopes(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.createKey("villa", villa, fixedKind)
+	h.createKey("villa-2", villa, fixedKind)
+	transportOnly := h.token("node", tokenOK, "sign:villa:transport")
+	whole := h.token("offers", tokenOK, "sign:villa")
+	sign := `{"payload":{"a":1}}`
+	transport := `{"tool":"t","arguments":{}}`
+	for _, c := range []struct {
+		tok, path, body string
+		status          int
+	}{
+		{transportOnly, "/v1/keys/villa/mcp-transport", transport, http.StatusOK},
+		{transportOnly, "/v1/keys/villa/mcp-transport:batch", `{"items":[` + transport + `]}`, http.StatusOK},
+		{transportOnly, "/v1/keys/villa/sign", sign, http.StatusForbidden},
+		{transportOnly, "/v1/keys/villa/sign:batch", `{"items":[` + sign + `]}`, http.StatusForbidden},
+		{whole, "/v1/keys/villa/sign", sign, http.StatusOK},
+		{whole, "/v1/keys/villa/mcp-transport", transport, http.StatusOK},
+		{whole, "/v1/keys/villa-2/sign", sign, http.StatusForbidden},
+		{transportOnly, "/v1/keys/villa-2/mcp-transport", transport, http.StatusForbidden},
+	} {
+		resp, body := h.postJSON(c.path, c.tok, c.body)
+		if c.status == http.StatusForbidden {
+			wantError(t, c.path, resp, body, c.status, api.CodeForbidden)
+		} else {
+			wantStatus(t, c.path, resp, body, c.status)
+		}
+	}
+}

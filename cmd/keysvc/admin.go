@@ -315,7 +315,7 @@ func newTokensCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, s := range scopes {
 				if !validScope(s) {
-					return fmt.Errorf("unknown scope %q (sign:*, sign:<key>, admin:keys, admin:revoke, audit:read)", s)
+					return fmt.Errorf("unknown scope %q (sign:*, sign:<key>, sign:<key>:jws, sign:<key>:transport, admin:keys, admin:revoke, audit:read)", s)
 				}
 			}
 			if name == "" || len(scopes) == 0 {
@@ -387,7 +387,12 @@ func validScope(s string) bool {
 	case api.ScopeSignAll, api.ScopeAdminKeys, api.ScopeAdminRevoke, api.ScopeAuditRead:
 		return true
 	}
-	return strings.HasPrefix(s, "sign:") && len(s) > len("sign:")
+	rest, ok := strings.CutPrefix(s, "sign:")
+	if !ok || rest == "" {
+		return false
+	}
+	key, layer, hasLayer := strings.Cut(rest, ":")
+	return key != "" && key != "*" && (!hasLayer || layer == api.LayerJWS || layer == api.LayerTransport)
 }
 
 func fmtTime(t *time.Time) string {
