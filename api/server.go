@@ -78,6 +78,10 @@ type Config struct {
 	// MaxBatchBodyBytes bounds a batch request body (default MaxBatchItems
 	// times MaxBodyBytes, at most 8 MiB).
 	MaxBatchBodyBytes int64
+	// ClientPrincipals maps the subject common name of a verified TLS
+	// client certificate (mutual TLS on the listener) to a principal, for
+	// requests without a bearer token.
+	ClientPrincipals map[string]Principal
 	// RateLimit bounds requests per principal; zero value: unlimited.
 	RateLimit RateLimit
 	Now       func() time.Time
@@ -311,7 +315,13 @@ func principal(c echo.Context) Principal {
 }
 
 func (s *Server) authenticate(c echo.Context) (Principal, error) {
-	p, res := s.cfg.Auth.Authenticate(c.Request().Header.Get(echo.HeaderAuthorization), s.cfg.Now())
+	header := c.Request().Header.Get(echo.HeaderAuthorization)
+	p, res := s.cfg.Auth.Authenticate(header, s.cfg.Now())
+	if res == authMissing {
+		if cp, ok := s.certPrincipal(c.Request()); ok {
+			p, res = cp, authOK
+		}
+	}
 	switch res {
 	case authMissing:
 		return p, fail(http.StatusUnauthorized, CodeUnauthorized, "missing bearer token")
@@ -324,6 +334,22 @@ func (s *Server) authenticate(c echo.Context) (Principal, error) {
 	}
 	c.Set(principalKey, p)
 	return p, nil
+}
+
+// certPrincipal maps a verified client certificate to its configured
+// principal. Only chains the TLS stack verified against the listener's
+// client CA count.
+func (s *Server) certPrincipal(r *http.Request) (Principal, bool) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return Principal{}, false
+	}
+	cn := r.TLS.VerifiedChains[0][0].Subject.CommonName
+	p, ok := s.cfg.ClientPrincipals[cn]
+	if !ok {
+		return Principal{}, false
+	}
+	p.TokenID = "cert:" + cn
+	return p, true
 }
 
 func (s *Server) requireScope(scope string) echo.MiddlewareFunc {

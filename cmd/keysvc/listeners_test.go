@@ -86,10 +86,16 @@ func testPKI(t *testing.T, dir string) (caFile, certFile, keyFile string, client
 // refuses a client without a certificate at the TLS handshake.
 func TestSeparateListeners(t *testing.T) {
 	e := newLifecycleEnv(t, "")
-	caFile, certFile, keyFile, clientCert, roots := testPKI(t, t.TempDir())
+	pki := t.TempDir()
+	caFile, certFile, keyFile, clientCert, roots := testPKI(t, pki)
+	principals := filepath.Join(pki, "principals.json")
+	if err := os.WriteFile(principals, []byte(`[{"common_name":"officer-1","name":"alice","scopes":["audit:read"]}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	srv := startServer(t, e.env, "--data-dir", e.dir, "--kek-file", e.kek,
 		"--sign-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-		"--admin-tls-cert", certFile, "--admin-tls-key", keyFile, "--admin-client-ca", caFile)
+		"--admin-tls-cert", certFile, "--admin-tls-key", keyFile, "--admin-client-ca", caFile,
+		"--client-principals", principals)
 	if srv.URL == srv.SignURL || srv.URL == srv.AdminURL || !strings.HasPrefix(srv.AdminURL, "https://") {
 		t.Fatalf("listeners: public %s sign %s admin %s", srv.URL, srv.SignURL, srv.AdminURL)
 	}
@@ -99,6 +105,20 @@ func TestSeparateListeners(t *testing.T) {
 		RootCAs: roots, Certificates: []tls.Certificate{clientCert}, MinVersion: tls.VersionTLS12}}}
 	if _, _, err := admin.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villaakerlyckan.se"}); err != nil {
 		t.Fatalf("admin over mutual TLS: %v", err)
+	}
+	// The certificate alone (no token) is the principal "alice" with
+	// audit:read: it reads the audit trail and may not create keys.
+	certOnly := client.New(srv.AdminURL, "")
+	certOnly.HTTP = admin.HTTP
+	var audit struct {
+		Events []struct{ Action string } `json:"events"`
+	}
+	if err := certOnly.Do(ctx, http.MethodGet, "/v1/audit", nil, &audit); err != nil || len(audit.Events) == 0 {
+		t.Fatalf("audit with a client certificate as principal: %v %+v", err, audit)
+	}
+	if _, _, err := certOnly.CreateKey(ctx, client.CreateKeyRequest{Name: "other", Issuer: "other.example"}); err == nil ||
+		err.(*client.Error).Status != http.StatusForbidden {
+		t.Fatalf("certificate principal without admin:keys created a key: %v", err)
 	}
 	// Without a client certificate the handshake fails.
 	noCert := client.New(srv.AdminURL, e.token)

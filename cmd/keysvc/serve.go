@@ -25,6 +25,7 @@ import (
 	"github.com/keysvc/keysvc/backends"
 	"github.com/keysvc/keysvc/backends/software"
 	"github.com/keysvc/keysvc/client"
+	"github.com/keysvc/keysvc/internal/strictjson"
 	"github.com/keysvc/keysvc/rotation"
 	"github.com/keysvc/keysvc/store"
 )
@@ -63,6 +64,7 @@ type serveOptions struct {
 	rateLimit         float64
 	rateBurst         int
 	defaultPrepublish time.Duration
+	clientPrincipals  string
 
 	configFile string
 
@@ -115,6 +117,7 @@ assertion through its own HTTP API once it is listening.`,
 	f.StringVar(&o.adminListen, "admin-listen", envOr("KEYSVC_ADMIN_LISTEN", ""), "separate listener for the admin API (env KEYSVC_ADMIN_LISTEN); recommended in production")
 	f.StringVar(&o.adminTLSCert, "admin-tls-cert", envOr("KEYSVC_ADMIN_TLS_CERT", ""), "TLS certificate (PEM) of the admin listener")
 	f.StringVar(&o.adminTLSKey, "admin-tls-key", envOr("KEYSVC_ADMIN_TLS_KEY", ""), "TLS private key (PEM) of the admin listener")
+	f.StringVar(&o.clientPrincipals, "client-principals", envOr("KEYSVC_CLIENT_PRINCIPALS", ""), `JSON file mapping verified client-certificate common names to principals, for requests without a token: [{"common_name":"officer-1","name":"alice","scopes":["admin:keys"]}]`)
 	f.StringVar(&o.adminClientCA, "admin-client-ca", envOr("KEYSVC_ADMIN_CLIENT_CA", ""), "CA bundle (PEM): require client certificates on the admin listener (mutual TLS)")
 	f.StringVar(&o.kekFile, "kek-file", envOr("KEYSVC_KEK_FILE", ""), "software backend key-encryption key file, base64 of 32 bytes, mode 0600 (env KEYSVC_KEK_FILE); default <data-dir>/kek")
 	f.BoolVar(&o.dev, "dev", false, "development mode: create the KEK, a dev token and a dev key if missing")
@@ -145,6 +148,9 @@ func (o *serveOptions) validate() error {
 	}
 	if o.rateLimit < 0 || o.maxBodyBytes <= 0 {
 		return errors.New("--rate-limit must not be negative and --max-body-bytes must be positive")
+	}
+	if _, err := loadClientPrincipals(o.clientPrincipals); err != nil {
+		return err
 	}
 	_, err := o.listeners()
 	return err
@@ -227,7 +233,11 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 		}
 	}
 
-	handler := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes,
+	principals, err := loadClientPrincipals(o.clientPrincipals)
+	if err != nil {
+		return err
+	}
+	handler := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes, ClientPrincipals: principals,
 		MaxServedAtSkew: o.servedAtSkew, RateLimit: api.RateLimit{PerSecond: o.rateLimit, Burst: o.rateBurst}})
 	listeners, err := o.listeners()
 	if err != nil {
@@ -298,6 +308,41 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 		errs = append(errs, srv.Shutdown(shutdownCtx))
 	}
 	return errors.Join(errs...)
+}
+
+// loadClientPrincipals reads the --client-principals file (strict JSON).
+func loadClientPrincipals(path string) (map[string]api.Principal, error) {
+	if path == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--client-principals: %w", err)
+	}
+	var list []struct {
+		CommonName string   `json:"common_name"`
+		Name       string   `json:"name"`
+		Scopes     []string `json:"scopes"`
+	}
+	if err := strictjson.Decode(raw, &list, strictjson.Limits{}); err != nil {
+		return nil, fmt.Errorf("--client-principals %s: %w", path, err)
+	}
+	out := map[string]api.Principal{}
+	for _, p := range list {
+		if p.CommonName == "" || p.Name == "" || len(p.Scopes) == 0 {
+			return nil, fmt.Errorf("--client-principals %s: every entry needs common_name, name and scopes", path)
+		}
+		for _, sc := range p.Scopes {
+			if !validScope(sc) {
+				return nil, fmt.Errorf("--client-principals %s: unknown scope %q", path, sc)
+			}
+		}
+		if _, dup := out[p.CommonName]; dup {
+			return nil, fmt.Errorf("--client-principals %s: common_name %q listed twice", path, p.CommonName)
+		}
+		out[p.CommonName] = api.Principal{Name: p.Name, Scopes: p.Scopes}
+	}
+	return out, nil
 }
 
 // listener is one of serve's listeners.
