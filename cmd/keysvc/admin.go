@@ -312,7 +312,7 @@ func newTokensCmd() *cobra.Command {
 	var ttl time.Duration
 	createCmd := &cobra.Command{
 		Use: "create --name NAME --scope SCOPE...", Short: "Create an API token; the secret is printed once", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: sf.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
 			for _, s := range scopes {
 				if !validScope(s) {
 					return fmt.Errorf("unknown scope %q (sign:*, sign:<key>, sign:<key>:jws, sign:<key>:transport, admin:keys, admin:revoke, audit:read)", s)
@@ -321,11 +321,6 @@ func newTokensCmd() *cobra.Command {
 			if name == "" || len(scopes) == 0 {
 				return fmt.Errorf("--name and at least one --scope are required")
 			}
-			st, err := sf.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
 			secret, rec, err := api.NewToken(name, scopes, ttl)
 			if err != nil {
 				return err
@@ -336,7 +331,7 @@ func newTokensCmd() *cobra.Command {
 			fmt.Fprintf(cmd.ErrOrStderr(), "token %s (%s) created with scopes %s; it is shown once:\n", rec.ID, name, strings.Join(scopes, " "))
 			fmt.Fprintln(cmd.OutOrStdout(), secret)
 			return nil
-		},
+		}),
 	}
 	createCmd.Flags().StringVar(&name, "name", "", "label, e.g. the node that will use it")
 	createCmd.Flags().StringArrayVar(&scopes, "scope", nil, "scope to grant (repeatable)")
@@ -346,12 +341,7 @@ func newTokensCmd() *cobra.Command {
 	listFlags := &storeFlags{}
 	listCmd := &cobra.Command{
 		Use: "list", Short: "List API tokens (never their secrets)", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := listFlags.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
+		RunE: listFlags.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
 			list, err := st.ListTokens(cmd.Context())
 			if err != nil {
 				return err
@@ -362,19 +352,14 @@ func newTokensCmd() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(t.Scopes, " "), store.FormatTime(t.CreatedAt), fmtTime(t.ExpiresAt), fmtTime(t.LastUsedAt), fmtTime(t.RevokedAt))
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	revokeFlags := &storeFlags{}
 	revokeCmd := &cobra.Command{
 		Use: "revoke ID", Short: "Revoke an API token", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := revokeFlags.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
+		RunE: revokeFlags.withStore(func(cmd *cobra.Command, args []string, st store.Store) error {
 			return st.InTx(cmd.Context(), func(tx store.Tx) error { return tx.RevokeToken(cmd.Context(), args[0], store.Now()) })
-		},
+		}),
 	}
 	listFlags.register(listCmd)
 	revokeFlags.register(revokeCmd)
@@ -432,12 +417,7 @@ func newAuditCmd() *cobra.Command {
 	var key string
 	listCmd := &cobra.Command{
 		Use: "list [--key NAME] [--json]", Short: "List audit events, oldest first", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := listFlags.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
+		RunE: listFlags.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
 			rows, err := st.ListAudit(cmd.Context(), 0, 0)
 			if err != nil {
 				return err
@@ -460,7 +440,7 @@ func newAuditCmd() *cobra.Command {
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%q\n", e.Seq, e.At, e.Actor, e.Action, dash(e.Key), dash(e.KID), e.Reason)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	listFlags.register(listCmd)
 	listCmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -471,12 +451,7 @@ func newAuditCmd() *cobra.Command {
 		Use:   "verify",
 		Short: "Check the audit hash chain; exit 1 naming the first broken row",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := verifyFlags.open(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
+		RunE: verifyFlags.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
 			rows, err := st.ListAudit(cmd.Context(), 0, 0)
 			if err != nil {
 				return err
@@ -495,7 +470,7 @@ func newAuditCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "audit chain intact: %d rows, head %s\n", len(rows), head)
 			return nil
-		},
+		}),
 	}
 	verifyFlags.register(verifyCmd)
 	cmd.AddCommand(listCmd, verifyCmd)

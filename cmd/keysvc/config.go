@@ -69,6 +69,19 @@ func (f *storeFlags) open(ctx context.Context, migrate bool) (store.Store, error
 	return s, nil
 }
 
+// withStore wraps a subcommand body with key history opened (not migrated)
+// and closed afterwards.
+func (f *storeFlags) withStore(run func(cmd *cobra.Command, args []string, st store.Store) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		st, err := f.open(cmd.Context(), false)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		return run(cmd, args, st)
+	}
+}
+
 // redactURL hides a password in a database URL.
 func redactURL(u string) string {
 	at := strings.LastIndex(u, "@")
