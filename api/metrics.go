@@ -92,6 +92,8 @@ var (
 		"Seconds since the key's active version activated.", []string{"key", "kid"}, nil)
 	nextRotationDesc = prometheus.NewDesc("keysvc_next_rotation_seconds",
 		"Seconds until the key's next scheduled transition (prepublication or activation); negative when overdue.", []string{"key"}, nil)
+	retentionDesc = prometheus.NewDesc("keysvc_version_jwks_retention_end_seconds",
+		"Seconds until a retired version leaves the plain JWKS under its key's retention (it stays in the key history).", []string{"key", "kid"}, nil)
 	versionsDesc = prometheus.NewDesc("keysvc_key_versions",
 		"Key versions by lifecycle state.", []string{"key", "state"}, nil)
 )
@@ -100,6 +102,7 @@ func (k *keyCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- keyAgeDesc
 	ch <- nextRotationDesc
 	ch <- versionsDesc
+	ch <- retentionDesc
 }
 
 func (k *keyCollector) Collect(ch chan<- prometheus.Metric) {
@@ -112,6 +115,9 @@ func (k *keyCollector) Collect(ch chan<- prometheus.Metric) {
 			counts[v.State]++
 			if v.State == store.StateActive && v.ActivatedAt != nil {
 				ch <- prometheus.MustNewConstMetric(keyAgeDesc, prometheus.GaugeValue, now.Sub(*v.ActivatedAt).Seconds(), name, v.KID)
+			}
+			if r := time.Duration(e.Policy.Retention); r > 0 && v.State == store.StateRetired && v.RetiredAt != nil {
+				ch <- prometheus.MustNewConstMetric(retentionDesc, prometheus.GaugeValue, v.RetiredAt.Add(r).Sub(now).Seconds(), name, v.KID)
 			}
 		}
 		for _, st := range []store.KeyState{store.StatePending, store.StateActive, store.StateRetired, store.StateRevoked} {

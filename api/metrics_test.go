@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keysvc/keysvc/api"
 	"github.com/keysvc/keysvc/rotation"
@@ -28,6 +29,10 @@ func TestMetrics(t *testing.T) {
 	wantStatus(t, "bad sign", resp, body, http.StatusBadRequest)
 	resp, body = h.postJSON("/v1/keys/nosuch/sign", tok, `{"payload":{"a":1}}`)
 	wantStatus(t, "unknown key", resp, body, http.StatusNotFound)
+	if err := h.mgr.SetPolicy(t.Context(), "villa", rotation.Policy{Retention: rotation.Duration(48 * time.Hour)}, rotation.Actor{Name: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	retiredKID := h.mgr.Keyring().Keys["villa"].Active.KID()
 	if _, _, err := h.mgr.Rotate(t.Context(), "villa", rotation.Actor{Name: "test"}); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +69,7 @@ func TestMetrics(t *testing.T) {
 		`keysvc_jwks_requests_total{code="304",document="jwks"}`:                                               1,
 		`keysvc_key_versions{key="villa",state="active"}`:                                                      1,
 		`keysvc_key_versions{key="villa",state="retired"}`:                                                     1,
-		`keysvc_audit_chain_length`: 6,
+		`keysvc_audit_chain_length`: 7, // 3 create + 1 policy + 3 rotate
 	} {
 		if got := value(series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
@@ -72,6 +77,9 @@ func TestMetrics(t *testing.T) {
 	}
 	if v := value(`keysvc_sign_duration_seconds_sum{backend="software-fixed",key="villa",layer="jws"}`); v <= 0 {
 		t.Errorf("sign duration sum %v", v)
+	}
+	if v := value(`keysvc_version_jwks_retention_end_seconds{key="villa",kid="` + retiredKID + `"}`); v < 47*3600 || v > 48*3600 {
+		t.Errorf("retention end %v s, want just under 48 h", v)
 	}
 	kid := h.mgr.Keyring().Keys["villa"].Active.KID()
 	if v := value(`keysvc_key_age_seconds{key="villa",kid="` + kid + `"}`); v < 0 || v > 60 {
