@@ -482,11 +482,21 @@ func (s *Server) entry(name string) (*rotation.KeyEntry, error) {
 	return nil, fail(http.StatusNotFound, CodeKeyNotFound, "no key named %q", name)
 }
 
-func (s *Server) defaultJWKS(c echo.Context) error {
+// defaultEntry is the key served under /.well-known (404 key_not_found
+// before any key exists), with the Keyring it was read from.
+func (s *Server) defaultEntry() (*rotation.Keyring, *rotation.KeyEntry, error) {
 	ring := s.cfg.Manager.Keyring()
 	e, ok := ring.Keys[ring.Default]
 	if !ok {
-		return fail(http.StatusNotFound, CodeKeyNotFound, "no default key configured yet")
+		return nil, nil, fail(http.StatusNotFound, CodeKeyNotFound, "no default key configured yet")
+	}
+	return ring, e, nil
+}
+
+func (s *Server) defaultJWKS(c echo.Context) error {
+	_, e, err := s.defaultEntry()
+	if err != nil {
+		return err
 	}
 	s.serveDoc(c, e.JWKS)
 	return nil
@@ -523,10 +533,9 @@ func (s *Server) keyHistory(c echo.Context) error {
 }
 
 func (s *Server) defaultHistory(c echo.Context) error {
-	ring := s.cfg.Manager.Keyring()
-	e, ok := ring.Keys[ring.Default]
-	if !ok {
-		return fail(http.StatusNotFound, CodeKeyNotFound, "no default key configured yet")
+	_, e, err := s.defaultEntry()
+	if err != nil {
+		return err
 	}
 	s.serveDoc(c, e.History)
 	return nil
@@ -535,10 +544,9 @@ func (s *Server) defaultHistory(c echo.Context) error {
 // didDocument serves did:web for the default key's issuer: every published
 // version of every key of that issuer.
 func (s *Server) didDocument(c echo.Context) error {
-	ring := s.cfg.Manager.Keyring()
-	e, ok := ring.Keys[ring.Default]
-	if !ok {
-		return fail(http.StatusNotFound, CodeKeyNotFound, "no default key configured yet")
+	ring, e, err := s.defaultEntry()
+	if err != nil {
+		return err
 	}
 	s.serveDoc(c, ring.DID[e.Key.Issuer])
 	return nil
