@@ -88,18 +88,7 @@ func (s *session) generate(alg, label string, id []byte, token bool) (pub, priv 
 		return 0, 0, fmt.Errorf("%w: %q", backends.ErrUnsupportedAlgorithm, alg)
 	}
 	for i, p := range params {
-		pubT := []*p11.Attribute{
-			p11.NewAttribute(p11.CKA_CLASS, p11.CKO_PUBLIC_KEY),
-			p11.NewAttribute(p11.CKA_KEY_TYPE, keyType),
-			p11.NewAttribute(p11.CKA_EC_PARAMS, p),
-			p11.NewAttribute(p11.CKA_TOKEN, token),
-			p11.NewAttribute(p11.CKA_PRIVATE, false),
-			p11.NewAttribute(p11.CKA_VERIFY, true),
-			p11.NewAttribute(p11.CKA_ENCRYPT, false),
-			p11.NewAttribute(p11.CKA_WRAP, false),
-			p11.NewAttribute(p11.CKA_DERIVE, false),
-			p11.NewAttribute(p11.CKA_LABEL, label),
-		}
+		pubT := publicKeyTemplate(keyType, p, token, label)
 		privT := privateKeyTemplate(keyType, token, label)
 		if len(id) > 0 {
 			pubT = append(pubT, p11.NewAttribute(p11.CKA_ID, id))
@@ -523,20 +512,10 @@ func (b *Backend) Import(ctx context.Context, kid string, key crypto.Signer) (ba
 		if err != nil {
 			return fmt.Errorf("C_CreateObject(private key): %w", err)
 		}
-		pubH, err := s.c.CreateObject(s.sh, []*p11.Attribute{
-			p11.NewAttribute(p11.CKA_CLASS, p11.CKO_PUBLIC_KEY),
-			p11.NewAttribute(p11.CKA_KEY_TYPE, keyType),
-			p11.NewAttribute(p11.CKA_EC_PARAMS, params),
+		pubH, err := s.c.CreateObject(s.sh, append(publicKeyTemplate(keyType, params, true, label),
 			p11.NewAttribute(p11.CKA_EC_POINT, point),
-			p11.NewAttribute(p11.CKA_TOKEN, true),
-			p11.NewAttribute(p11.CKA_PRIVATE, false),
-			p11.NewAttribute(p11.CKA_VERIFY, true),
-			p11.NewAttribute(p11.CKA_ENCRYPT, false),
-			p11.NewAttribute(p11.CKA_WRAP, false),
-			p11.NewAttribute(p11.CKA_DERIVE, false),
-			p11.NewAttribute(p11.CKA_LABEL, label),
 			p11.NewAttribute(p11.CKA_ID, id),
-		})
+		))
 		if err != nil {
 			_ = s.c.DestroyObject(s.sh, privH)
 			return fmt.Errorf("C_CreateObject(public key): %w", err)
@@ -601,6 +580,23 @@ func (b *Backend) Orphans(ctx context.Context, knownKIDs map[string]bool) ([]str
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// publicKeyTemplate is the one attribute policy of every public key keysvc
+// puts in a token, generated or imported: verify-only, not private.
+func publicKeyTemplate(keyType uint, params []byte, token bool, label string) []*p11.Attribute {
+	return []*p11.Attribute{
+		p11.NewAttribute(p11.CKA_CLASS, p11.CKO_PUBLIC_KEY),
+		p11.NewAttribute(p11.CKA_KEY_TYPE, keyType),
+		p11.NewAttribute(p11.CKA_EC_PARAMS, params),
+		p11.NewAttribute(p11.CKA_TOKEN, token),
+		p11.NewAttribute(p11.CKA_PRIVATE, false),
+		p11.NewAttribute(p11.CKA_VERIFY, true),
+		p11.NewAttribute(p11.CKA_ENCRYPT, false),
+		p11.NewAttribute(p11.CKA_WRAP, false),
+		p11.NewAttribute(p11.CKA_DERIVE, false),
+		p11.NewAttribute(p11.CKA_LABEL, label),
+	}
 }
 
 // privateKeyTemplate is the one attribute policy of every private key
