@@ -182,12 +182,15 @@ func checkNumber(lit string, rule NumberRule) error {
 			return errors.New("is an integer beyond ±(2^53−1), outside the I-JSON range (RFC 7493 §2.2)")
 		}
 	case NumbersExact:
-		// An integer literal states an exact value; the double that RFC
-		// 8785 serializes must be that same value.
+		// An integer literal states an exact value; RFC 8785 (ECMAScript
+		// Number serialization) must print that same integer back: the
+		// shortest digits that round-trip the double, padded with zeros.
+		// (Comparing with the double's exact binary value instead would
+		// refuse RFC 8785's own output, e.g. 72070000000000020.)
 		if !strings.ContainsAny(lit, ".eE") {
 			exact, ok := new(big.Int).SetString(lit, 10)
-			got, _ := new(big.Float).SetFloat64(f).Int(nil)
-			if !ok || exact.Cmp(got) != 0 {
+			printed, _ := new(big.Int).SetString(strconv.FormatFloat(f, 'f', -1, 64), 10)
+			if !ok || printed == nil || exact.Cmp(printed) != 0 {
 				return errors.New("is an integer an IEEE 754 double cannot hold exactly; it would change when canonicalized")
 			}
 		}

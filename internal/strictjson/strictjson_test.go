@@ -55,6 +55,8 @@ func TestCheckCodes(t *testing.T) {
 		{"ijson: integer literal beyond 1e21", `[1000000000000000000000000]`, ijson, CodeNumberTooLarge},
 		{"exact: inexact integer literal", `{"n":9007199254740993}`, exact, CodeNumberTooLarge},
 		{"exact: exact large integer ok", `[9007199254740992, 100000000000000000000]`, exact, ""},
+		{"exact: RFC 8785's own integer output ok", `[72070000000000020]`, exact, ""},
+		{"exact: digits the double does not print", `[72070000000000016]`, exact, CodeNumberTooLarge},
 		{"exact: exponent form is a float", `[1E30, 9007199254740993.0, 1e20]`, exact, ""},
 		{"exact: overflow", `[-1e400]`, exact, CodeNumberTooLarge},
 		{"any: anything that parses", `[9007199254740993, 1e400]`, Limits{}, ""},
