@@ -40,6 +40,9 @@ type VersionInfo struct {
 	jwksserve.Entry
 	BackendRef string    `json:"backend_ref"`
 	CreatedAt  time.Time `json:"created_at"`
+	// MaterialDestroyedAt is when the version's private key material was
+	// destroyed (RFC 3339 UTC); absent while it exists.
+	MaterialDestroyedAt string `json:"material_destroyed_at,omitempty"`
 }
 
 func keyInfo(e *rotation.KeyEntry, isDefault bool) KeyInfo {
@@ -60,7 +63,11 @@ func versionInfo(v store.KeyVersion) (VersionInfo, error) {
 	if err != nil {
 		return VersionInfo{}, err
 	}
-	return VersionInfo{Entry: entry, BackendRef: v.BackendRef, CreatedAt: v.CreatedAt}, nil
+	vi := VersionInfo{Entry: entry, BackendRef: v.BackendRef, CreatedAt: v.CreatedAt}
+	if v.MaterialDestroyedAt != nil {
+		vi.MaterialDestroyedAt = v.MaterialDestroyedAt.UTC().Format(time.RFC3339Nano)
+	}
+	return vi, nil
 }
 
 func (s *Server) listKeys(c echo.Context) error {
@@ -340,6 +347,68 @@ func (s *Server) revokeResponse(c echo.Context, revoked store.KeyVersion, next *
 	return c.JSON(http.StatusOK, out)
 }
 
+// destroyRequest is the body of POST /v1/versions/{kid}/destroy.
+type destroyRequest struct {
+	Reason string `json:"reason"`
+	// PendingDays is the AWS KMS waiting period (7 to 30; default 30);
+	// other backends destroy at once and ignore it.
+	PendingDays *int `json:"pending_days,omitempty"`
+}
+
+// DestroyResponse is the answer of POST /v1/versions/{kid}/destroy (and of
+// approving a "destroy" approval): the version with material_destroyed_at
+// set, and what its backend did.
+type DestroyResponse struct {
+	Destroyed VersionInfo `json:"destroyed"`
+	Backend   string      `json:"backend"`
+	// DeletionDate is when AWS KMS deletes the key (RFC 3339 UTC); absent
+	// for backends that destroyed it at once.
+	DeletionDate     string `json:"deletion_date,omitempty"`
+	AlreadyDestroyed bool   `json:"already_destroyed,omitempty"`
+	Note             string `json:"note,omitempty"`
+}
+
+// destroyVersion destroys a retired or revoked version's key material, or
+// files a two-person approval for it. It needs admin:revoke, not
+// admin:keys: destruction is as irreversible and as dangerous as
+// revocation (a wrongly destroyed active key would stop signing; a
+// destroyed key can never be recovered), so it belongs to the officers
+// who may revoke, under the same two-person rule.
+func (s *Server) destroyVersion(c echo.Context) error {
+	var req destroyRequest
+	if err := s.decodeBody(c, &req); err != nil {
+		return err
+	}
+	var opt backends.DestroyOptions
+	if req.PendingDays != nil {
+		d := *req.PendingDays
+		if d < backends.MinPendingWindowDays || d > backends.MaxPendingWindowDays {
+			return fail(http.StatusBadRequest, CodeInvalidRequest, "pending_days must be %d to %d", backends.MinPendingWindowDays, backends.MaxPendingWindowDays)
+		}
+		opt.PendingWindowDays = d
+	}
+	approval, destroyed, err := s.cfg.Manager.RequestDestroy(c.Request().Context(), c.Param("kid"), req.Reason, opt, actorOf(principal(c), ""))
+	if err != nil {
+		return lifecycleError(err)
+	}
+	if approval != nil {
+		return c.JSON(http.StatusAccepted, map[string]any{"approval": approvalInfo(*approval)})
+	}
+	return s.destroyResponse(c, *destroyed)
+}
+
+func (s *Server) destroyResponse(c echo.Context, d rotation.Destroyed) error {
+	vi, err := versionInfo(d.Version)
+	if err != nil {
+		return err
+	}
+	out := DestroyResponse{Destroyed: vi, Backend: d.Backend, AlreadyDestroyed: d.Result.AlreadyDestroyed, Note: d.Result.Note}
+	if d.Result.DeletionDate != nil {
+		out.DeletionDate = d.Result.DeletionDate.UTC().Format(time.RFC3339Nano)
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
 // ApprovalInfo is a two-person approval request as served by the API.
 type ApprovalInfo struct {
 	ID          string          `json:"id"`
@@ -385,12 +454,17 @@ func (s *Server) listApprovals(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
+// approve grants an approval; the answer is that of the change it asked
+// for: a RevokeResponse for "revoke", a DestroyResponse for "destroy".
 func (s *Server) approve(c echo.Context) error {
-	revoked, next, err := s.cfg.Manager.Approve(c.Request().Context(), c.Param("id"), actorOf(principal(c), ""))
+	out, err := s.cfg.Manager.Approve(c.Request().Context(), c.Param("id"), actorOf(principal(c), ""))
 	if err != nil {
 		return lifecycleError(err)
 	}
-	return s.revokeResponse(c, revoked, next)
+	if out.Destroyed != nil {
+		return s.destroyResponse(c, *out.Destroyed)
+	}
+	return s.revokeResponse(c, *out.Revoked, out.Replacement)
 }
 
 // AuditEvent is an audit row as served by GET /v1/audit.
@@ -478,6 +552,10 @@ func lifecycleError(err error) error {
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", msg)
 	case errors.Is(err, backends.ErrUnavailable):
 		return fail(http.StatusServiceUnavailable, CodeBackendUnavailable, "key backend unavailable")
+	case errors.Is(err, backends.ErrThrottled):
+		return fail(http.StatusServiceUnavailable, CodeBackendThrottled, "key backend throttled; retry with backoff")
+	case errors.Is(err, backends.ErrKeyDisabled):
+		return fail(http.StatusServiceUnavailable, CodeKeyDisabled, "the backend refuses to use the key")
 	}
 	return err
 }

@@ -52,6 +52,12 @@ func (b *fixedBackend) Signer(context.Context, string, backends.Handle) (crypto.
 
 func (b *fixedBackend) Close() error { return nil }
 
+// DestroyKey implements backends.Destroyer: the fixed key is shared, so
+// nothing is destroyed; the call is only recorded by its result.
+func (b *fixedBackend) DestroyKey(context.Context, string, backends.Handle, backends.DestroyOptions) (backends.DestroyResult, error) {
+	return backends.DestroyResult{Note: "fixed test backend: nothing to destroy"}, nil
+}
+
 // brokenKind is a backend whose keys can be created but whose signer fails
 // with a configurable error on every Sign call (an HSM that went away).
 const brokenKind = "broken"

@@ -128,6 +128,10 @@ func TestLifecycleAuthMatrix(t *testing.T) {
 			revokeBody(pastRFC3339(time.Hour), "matrix"), 200,
 			map[string]string{"admin:revoke": revoker, "all": all},
 			map[string]string{"admin:keys": admin, "sign:*": signAll, "audit:read": auditor, "no scopes": noScopes}},
+		{"destroy", http.MethodPost, func() string { return "/v1/versions/" + retiredKID() + "/destroy" },
+			`{"reason":"matrix","pending_days":30}`, 200,
+			map[string]string{"admin:revoke": revoker, "all": all},
+			map[string]string{"admin:keys": admin, "sign:*": signAll, "audit:read": auditor, "no scopes": noScopes}},
 		{"audit", http.MethodGet, func() string { return "/v1/audit?limit=5" }, "", 200,
 			map[string]string{"audit:read": auditor, "all": all},
 			map[string]string{"admin:keys": admin, "admin:revoke": revoker, "sign:*": signAll, "no scopes": noScopes}},
@@ -188,6 +192,18 @@ func TestLifecycleAuthMatrix(t *testing.T) {
 	}
 	if revokes != 2 {
 		t.Errorf("%d version.revoke rows, want 2 (one per allowed token)", revokes)
+	}
+	destroys := 0
+	for _, r := range rows {
+		if r.Action == "version.destroy_material" {
+			destroys++
+			if !(strings.HasSuffix(r.Actor, "(revoker)") || strings.HasSuffix(r.Actor, "(all)")) || r.Reason != "matrix" {
+				t.Errorf("version.destroy_material row actor %q reason %q", r.Actor, r.Reason)
+			}
+		}
+	}
+	if destroys != 2 {
+		t.Errorf("%d version.destroy_material rows, want 2 (one per allowed token)", destroys)
 	}
 	if broken, err := store.VerifyAuditChain(rows); err != nil || broken != 0 {
 		t.Errorf("VerifyAuditChain = %d, %v", broken, err)

@@ -797,6 +797,14 @@ func TestOpenAPILive(t *testing.T) {
 		{"revoke, compromised in the future", jsonReq(P, "/v1/versions/"+vs[1].KID+"/revoke", off1, `{"compromised_at":"`+future+`","reason":"x"}`), 400, api.CodeInvalidRequest, false},
 		{"revoke, no reason", jsonReq(P, "/v1/versions/"+vs[1].KID+"/revoke", off1, `{"compromised_at":"`+past+`"}`), 400, api.CodeInvalidRequest, true},
 		{"revoke, without admin:revoke", jsonReq(P, "/v1/versions/"+vs[1].KID+"/revoke", admin, `{"compromised_at":"`+past+`","reason":"x"}`), 403, api.CodeForbidden, true},
+		{"destroy a revoked version's material", jsonReq(P, "/v1/versions/"+retired+"/destroy", off1, `{"reason":"retired and revoked","pending_days":7}`), 200, "", false},
+		{"destroy twice", jsonReq(P, "/v1/versions/"+retired+"/destroy", off1, `{"reason":"again"}`), 409, api.CodeInvalidTransition, false},
+		{"destroy, pending_days below 7", jsonReq(P, "/v1/versions/"+active+"/destroy", off1, `{"reason":"x","pending_days":6}`), 400, api.CodeInvalidRequest, true},
+		{"destroy, pending_days not a number", jsonReq(P, "/v1/versions/"+active+"/destroy", off1, `{"reason":"x","pending_days":"7"}`), 400, "invalid_field", true},
+		{"destroy, no reason", jsonReq(P, "/v1/versions/"+active+"/destroy", off1, `{}`), 400, api.CodeInvalidRequest, true},
+		{"destroy, unknown field", jsonReq(P, "/v1/versions/"+active+"/destroy", off1, `{"reason":"x","force":true}`), 400, "unknown_field", true},
+		{"destroy unknown version", jsonReq(P, "/v1/versions/"+villa+"-2000-01-01-01/destroy", off1, `{"reason":"x"}`), 404, api.CodeVersionNotFound, false},
+		{"destroy, without admin:revoke", jsonReq(P, "/v1/versions/"+active+"/destroy", admin, `{"reason":"x"}`), 403, api.CodeForbidden, true},
 		{"history with revoked versions", plainReq(G, "/v1/keys/villa/history.json", ""), 200, "", false},
 		{"JWKS without revoked versions", plainReq(G, "/v1/keys/villa/jwks.json", ""), 200, "", false},
 		{"DID with retired versions", plainReq(G, "/.well-known/did.json", ""), 200, "", false},
@@ -819,6 +827,19 @@ func TestOpenAPILive(t *testing.T) {
 		{"approve", plainReq(P, "/v1/approvals/"+id+"/approve", off2), 200, "", false},
 		{"approve twice", plainReq(P, "/v1/approvals/"+id+"/approve", off2), 409, api.CodeInvalidTransition, false},
 		{"list approved approvals", plainReq(G, "/v1/approvals?status=approved", off2), 200, "", false},
+	} {
+		l.send(c)
+	}
+	// Destroying the now revoked tpr version needs a second officer too.
+	var destroyAccepted struct{ Approval api.ApprovalInfo }
+	decode(t, l.send(oaCall{"destroy under the two-person rule", jsonReq(P, "/v1/versions/"+tprKID+"/destroy", off1, `{"reason":"revoked key, material no longer needed"}`), 202, "", false}), &destroyAccepted)
+	tprActive := oaKID(t, l.versions("tpr", admin), "active")
+	for _, c := range []oaCall{
+		{"destroy the active version under the two-person rule", jsonReq(P, "/v1/versions/"+tprActive+"/destroy", off1, `{"reason":"x"}`), 409, api.CodeInvalidTransition, false},
+		{"self-approval of a destruction", plainReq(P, "/v1/approvals/"+destroyAccepted.Approval.ID+"/approve", off1), 403, api.CodeSamePrincipal, false},
+		{"approve a destruction", plainReq(P, "/v1/approvals/"+destroyAccepted.Approval.ID+"/approve", off2), 200, "", false},
+		{"list approvals with a destruction", plainReq(G, "/v1/approvals?status=approved", off1), 200, "", false},
+		{"versions with destroyed material", plainReq(G, "/v1/keys/tpr/versions", admin), 200, "", false},
 	} {
 		l.send(c)
 	}
@@ -898,6 +919,7 @@ var oaSampleBodies = map[string]string{
 	"setBackend":            `{"backend":"software"}`,
 	"activateVersion":       `{}`,
 	"revokeVersion":         `{"compromised_at":"2026-01-01T00:00:00Z","reason":"r"}`,
+	"destroyVersion":        `{"reason":"r"}`,
 }
 
 // TestOpenAPIAuthMatrix: every operation with a security requirement

@@ -169,6 +169,7 @@ func New(cfg Config) *Server {
 	s.route(SurfaceAdmin, http.MethodPut, "/v1/keys/:name/backend", s.setBackend, s.requireScope(ScopeAdminKeys))
 	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/activate", s.activateVersion, s.requireScope(ScopeAdminKeys))
 	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/revoke", s.revokeVersion, s.requireScope(ScopeAdminRevoke))
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/destroy", s.destroyVersion, s.requireScope(ScopeAdminRevoke))
 	s.route(SurfaceAdmin, http.MethodGet, "/v1/approvals", s.listApprovals, s.requireScope(ScopeAdminRevoke))
 	s.route(SurfaceAdmin, http.MethodPost, "/v1/approvals/:id/approve", s.approve, s.requireScope(ScopeAdminRevoke))
 	s.route(SurfaceAdmin, http.MethodGet, "/v1/audit", s.listAudit, s.requireScope(ScopeAuditRead))

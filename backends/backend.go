@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto"
 	"errors"
+	"time"
 )
 
 // CreateRequest asks a backend for a new key pair.
@@ -48,6 +49,67 @@ type Backend interface {
 // backend serves can sign; /readyz reports unready otherwise.
 type HealthChecker interface {
 	Healthy(ctx context.Context) error
+}
+
+// DestroyOptions tunes DestroyKey. The zero value asks for the defaults.
+type DestroyOptions struct {
+	// PendingWindowDays is how long a backend that destroys key material
+	// only after a waiting period (AWS KMS: ScheduleKeyDeletion, 7 to 30
+	// days) waits; 0 means DefaultPendingWindowDays. Backends that destroy
+	// at once (PKCS#11) or hold nothing outside key history (software)
+	// ignore it.
+	PendingWindowDays int
+}
+
+// Limits of DestroyOptions.PendingWindowDays (AWS KMS's own limits).
+const (
+	MinPendingWindowDays     = 7
+	MaxPendingWindowDays     = 30
+	DefaultPendingWindowDays = 30
+)
+
+// DestroyResult describes what DestroyKey did.
+type DestroyResult struct {
+	// DeletionDate is when the material is actually destroyed, for
+	// backends with a waiting period (AWS KMS); nil when it is gone now.
+	DeletionDate *time.Time
+	// AlreadyDestroyed is true when the material was already gone (or, for
+	// AWS KMS, already scheduled for deletion): DestroyKey is idempotent.
+	AlreadyDestroyed bool
+	// Note is a short human-readable remark for the audit trail, e.g.
+	// "private key object already absent from the token"; may be empty.
+	Note string
+}
+
+// Destroyer is implemented by backends that can destroy the private half
+// of a key version for good. keysvc calls it only for versions that no
+// longer sign (retired or revoked), inside the key-history transaction that
+// records the destruction (rotation.Manager.RequestDestroy), after which
+// the version's signer is never loaded again. Public keys are not affected:
+// they stay in key history, so receipts the version signed stay verifiable.
+//
+// DestroyKey destroys the private half named by h (kid identifies the key
+// version, as for Signer; h.Public is the recorded public key, which
+// backends use to make sure they destroy the right object). It must be
+// idempotent: material that is already gone (or already scheduled for
+// deletion) is success with DestroyResult.AlreadyDestroyed set, so a retry
+// after a failed key-history commit records the destruction. Errors wrap
+// ErrUnavailable when the device or service cannot be reached (nothing was
+// destroyed, or it is unknown whether it was: retry), ErrKeyMismatch when
+// the object found does not belong to the version (nothing is destroyed).
+//
+//   - software: the private half is the KEK-sealed blob in key history; the
+//     store drops it in the same transaction. DestroyKey does nothing.
+//     Backups of the database taken earlier still hold the sealed blob
+//     (and the KEK opens it): destruction is only complete once those
+//     backups expire.
+//   - pkcs11: C_DestroyObject on the version's private key object (and its
+//     public key object); immediate and irreversible.
+//   - awskms: ScheduleKeyDeletion with opt.PendingWindowDays; the key is
+//     disabled at once and destroyed by KMS on DeletionDate (cancellable in
+//     AWS until then).
+type Destroyer interface {
+	DestroyKey(ctx context.Context, kid string, h Handle, opt DestroyOptions) (DestroyResult, error)
 }
 
 // Errors shared by backends; test with errors.Is. Signers return them

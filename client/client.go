@@ -123,6 +123,9 @@ type Version struct {
 	Reason        string    `json:"vrp_revocation_reason,omitempty"`
 	BackendRef    string    `json:"backend_ref"`
 	CreatedAt     time.Time `json:"created_at"`
+	// MaterialDestroyedAt is when the private key material was destroyed
+	// (RFC 3339); empty while it exists.
+	MaterialDestroyedAt string `json:"material_destroyed_at,omitempty"`
 }
 
 // CreateKeyRequest is the body of CreateKey.
@@ -229,8 +232,9 @@ type Approval struct {
 	DecidedAt   string          `json:"decided_at,omitempty"`
 }
 
-// PendingApproval is returned by Revoke when the key's two-person rule
-// turned the request into an approval that a second principal must grant.
+// PendingApproval is returned by Revoke and DestroyVersion when the key's
+// two-person rule turned the request into an approval that a second
+// principal must grant.
 type PendingApproval struct{ Approval Approval }
 
 func (p *PendingApproval) Error() string {
@@ -254,6 +258,39 @@ func (c *Client) Revoke(ctx context.Context, kid, compromisedAt, reason string) 
 	return out.Revoked, out.Active, err
 }
 
+// Destroyed is the answer to DestroyVersion (and to approving a "destroy"
+// approval).
+type Destroyed struct {
+	Version Version `json:"destroyed"` // with MaterialDestroyedAt set
+	Backend string  `json:"backend"`
+	// DeletionDate is when AWS KMS deletes the key (RFC 3339); empty when
+	// the material is gone now.
+	DeletionDate     string `json:"deletion_date,omitempty"`
+	AlreadyDestroyed bool   `json:"already_destroyed,omitempty"`
+	Note             string `json:"note,omitempty"`
+}
+
+// DestroyVersion destroys the private key material of a retired or revoked
+// version (POST /v1/versions/{kid}/destroy, scope admin:revoke).
+// pendingDays is the AWS KMS waiting period (7 to 30); 0 leaves it to the
+// server (30 days). Under the key's two-person rule the error is a
+// *PendingApproval instead.
+func (c *Client) DestroyVersion(ctx context.Context, kid, reason string, pendingDays int) (Destroyed, error) {
+	body := map[string]any{"reason": reason}
+	if pendingDays != 0 {
+		body["pending_days"] = pendingDays
+	}
+	var out struct {
+		Destroyed
+		Approval *Approval `json:"approval"`
+	}
+	err := c.Do(ctx, http.MethodPost, "/v1/versions/"+url.PathEscape(kid)+"/destroy", body, &out)
+	if err == nil && out.Approval != nil {
+		return Destroyed{}, &PendingApproval{Approval: *out.Approval}
+	}
+	return out.Destroyed, err
+}
+
 // Approvals lists two-person approval requests ("" status: all).
 func (c *Client) Approvals(ctx context.Context, status string) ([]Approval, error) {
 	var out struct {
@@ -268,13 +305,45 @@ func (c *Client) Approvals(ctx context.Context, status string) ([]Approval, erro
 }
 
 // Approve grants an approval as a second principal; the change happens now.
+// For a "revoke" approval it returns the revoked version (and the one that
+// took over when it was active); for a "destroy" approval use
+// ApproveAction, which reports either.
 func (c *Client) Approve(ctx context.Context, id string) (revoked Version, active *Version, err error) {
-	var out struct {
-		Revoked Version  `json:"revoked"`
-		Active  *Version `json:"active"`
+	res, err := c.ApproveAction(ctx, id)
+	if err == nil && res.Revoked == nil {
+		return Version{}, nil, fmt.Errorf("approval %s was not a revocation (key material of %s destroyed)", id, res.Destroyed.Version.KID)
 	}
-	err = c.Do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id)+"/approve", nil, &out)
-	return out.Revoked, out.Active, err
+	if err != nil {
+		return Version{}, nil, err
+	}
+	return *res.Revoked, res.Active, nil
+}
+
+// Approved is what granting an approval did: Revoked (and Active, when the
+// revoked version was the active one) for a "revoke" approval, Destroyed
+// for a "destroy" approval.
+type Approved struct {
+	Revoked   *Version
+	Active    *Version
+	Destroyed *Destroyed
+}
+
+// ApproveAction grants an approval as a second principal; the change it
+// asks for (a revocation or a key-material destruction) happens now.
+func (c *Client) ApproveAction(ctx context.Context, id string) (Approved, error) {
+	var out struct {
+		Revoked *Version `json:"revoked"`
+		Active  *Version `json:"active"`
+		Destroyed
+	}
+	if err := c.Do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id)+"/approve", nil, &out); err != nil {
+		return Approved{}, err
+	}
+	if out.Revoked != nil {
+		return Approved{Revoked: out.Revoked, Active: out.Active}, nil
+	}
+	d := out.Destroyed
+	return Approved{Destroyed: &d}, nil
 }
 
 // History fetches a key's key-history document ("" name: the default key's

@@ -21,6 +21,7 @@ import (
 //	(new) ──rotate now / create──────────────────────────────────────────▶ active
 //	active ──next version activates──▶ retired
 //	pending | active | retired ──revoke──▶ revoked (terminal)
+//	retired | revoked ──destroy material──▶ same state, MaterialDestroyedAt set (destroy.go)
 //
 // At most one version per key is active (a unique index) and at most one is
 // pending. When a version activates, the previous active version retires at
@@ -425,14 +426,25 @@ func (m *Manager) RequestRevoke(ctx context.Context, kid string, compromisedAt t
 	return approval, revoked, replacement, nil
 }
 
+// Approved is what granting an approval did, by the approval's Action:
+// "revoke" sets Revoked (and Replacement when the revoked version was the
+// active one); "destroy" sets Destroyed.
+type Approved struct {
+	Approval    store.Approval
+	Revoked     *store.KeyVersion
+	Replacement *store.KeyVersion
+	Destroyed   *Destroyed
+}
+
 // Approve grants a pending approval as a second principal and performs the
-// change in the same transaction; both principals are in the audit trail.
+// change it asks for (a revocation, or a key-material destruction) in the
+// same transaction; both principals are in the audit trail.
 // Errors: ErrApprovalNotFound, ErrInvalidTransition (already decided or
 // expired), ErrSamePrincipal, and those of the change.
-func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (revoked store.KeyVersion, replacement *store.KeyVersion, err error) {
+func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (out Approved, err error) {
 	list, err := m.store.ListApprovals(ctx, "")
 	if err != nil {
-		return revoked, nil, err
+		return out, err
 	}
 	name := ""
 	for _, a := range list {
@@ -441,7 +453,7 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (revoked 
 		}
 	}
 	if name == "" {
-		return revoked, nil, fmt.Errorf("%w: %s", ErrApprovalNotFound, id)
+		return out, fmt.Errorf("%w: %s", ErrApprovalNotFound, id)
 	}
 	var expired bool
 	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
@@ -466,9 +478,8 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (revoked 
 			_, err := m.audit(ctx, tx, actor, "approval.expire", name, a.KID, fmt.Sprintf(`{"approval":%q}`, id))
 			return err // committed: the expiry is recorded
 		}
-		var p revokeParams
-		if err := json.Unmarshal(a.Params, &p); err != nil {
-			return fmt.Errorf("rotation: approval %s: %w", id, err)
+		if a.Action != "revoke" && a.Action != "destroy" {
+			return fmt.Errorf("rotation: approval %s: unknown action %q", id, a.Action)
 		}
 		a.Status = "approved"
 		if err := tx.DecideApproval(ctx, a); err != nil {
@@ -478,18 +489,32 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (revoked 
 		if _, err := m.audit(ctx, tx, actor, "approval.grant", name, a.KID, string(details)); err != nil {
 			return err
 		}
-		revoked, replacement, err = m.revokeIn(ctx, tx, st, now, a.KID, p.CompromisedAt, p.Reason,
+		out.Approval = a
+		if a.Action == "destroy" {
+			out.Destroyed, err = m.approveDestroy(ctx, tx, st, now, a, actor)
+			return err
+		}
+		var p revokeParams
+		if err := json.Unmarshal(a.Params, &p); err != nil {
+			return fmt.Errorf("rotation: approval %s: %w", id, err)
+		}
+		revoked, replacement, err := m.revokeIn(ctx, tx, st, now, a.KID, p.CompromisedAt, p.Reason,
 			Actor{Name: a.RequestedBy + " approved by " + actor.Name, ID: actor.ID})
+		out.Revoked, out.Replacement = &revoked, replacement
 		return err
 	})
 	if err == nil && expired {
 		err = fmt.Errorf("%w: approval %s expired", ErrInvalidTransition, id)
 	}
 	if err != nil {
-		return store.KeyVersion{}, nil, err
+		return Approved{}, err
 	}
-	m.log.Warn("key version revoked (two-person rule)", "key", name, "kid", revoked.KID, "approval", id, "approved_by", actor.Name)
-	return revoked, replacement, nil
+	if out.Destroyed != nil {
+		m.log.Warn("key material destroyed (two-person rule)", "key", name, "kid", out.Approval.KID, "approval", id, "approved_by", actor.Name)
+	} else {
+		m.log.Warn("key version revoked (two-person rule)", "key", name, "kid", out.Revoked.KID, "approval", id, "approved_by", actor.Name)
+	}
+	return out, nil
 }
 
 // SetPolicy replaces a key's rotation policy (validated against the JWKS

@@ -45,7 +45,8 @@ var (
 	ErrInvalidTransition = errors.New("invalid lifecycle transition")
 	// ErrPendingExists: a scheduled rotation is already pending.
 	ErrPendingExists = errors.New("a pending version already exists")
-	// ErrApprovalRequired: the key's two-person rule requires RequestRevoke + Approve.
+	// ErrApprovalRequired: the key's two-person rule requires RequestRevoke
+	// (or RequestDestroy) + Approve.
 	ErrApprovalRequired = errors.New("a second principal's approval is required")
 	// ErrApprovalNotFound: no approval with that id.
 	ErrApprovalNotFound = errors.New("approval not found")
@@ -304,6 +305,12 @@ func (m *Manager) Reload(ctx context.Context) error {
 func (m *Manager) loadSigner(ctx context.Context, k store.Key, v store.KeyVersion) (*signer.JWSSigner, error) {
 	if s, ok := m.signers[v.KID]; ok {
 		return s, nil
+	}
+	if v.MaterialDestroyedAt != nil {
+		// Never reached by the lifecycle (only retired and revoked versions
+		// are destroyed, and only active and pending ones are loaded); a
+		// guard against a hand-edited database.
+		return nil, fmt.Errorf("rotation: load %s: %w at %s", v.KID, errDestroyed, v.MaterialDestroyedAt.Format(time.RFC3339Nano))
 	}
 	kind := v.BackendKind(k.Backend)
 	b, ok := m.backends[kind]

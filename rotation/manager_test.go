@@ -71,6 +71,27 @@ type testBackend struct {
 	failSigner atomic.Value // string: the kid whose Signer fails with backends.ErrUnavailable
 	// createDelay (nanoseconds) widens race windows: CreateKey sleeps this long.
 	createDelay atomic.Int64
+	// loads counts Signer calls per kid (kid -> *atomic.Int64).
+	loads sync.Map
+	// failDestroy makes DestroyKey fail with backends.ErrUnavailable.
+	failDestroy atomic.Bool
+	destroys    atomic.Int64
+}
+
+// loadsOf returns how often Signer was called for kid.
+func (b *testBackend) loadsOf(kid string) int64 {
+	if n, ok := b.loads.Load(kid); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+func (b *testBackend) DestroyKey(ctx context.Context, kid string, h backends.Handle, opt backends.DestroyOptions) (backends.DestroyResult, error) {
+	b.destroys.Add(1)
+	if b.failDestroy.Load() {
+		return backends.DestroyResult{}, fmt.Errorf("%w: test backend: %w", backends.ErrUnavailable, errInjected)
+	}
+	return b.Backend.DestroyKey(ctx, kid, h, opt)
 }
 
 var errInjected = errors.New("injected backend failure")
@@ -88,6 +109,8 @@ func (b *testBackend) CreateKey(ctx context.Context, req backends.CreateRequest)
 
 func (b *testBackend) Signer(ctx context.Context, kid string, h backends.Handle) (crypto.Signer, error) {
 	b.signers.Add(1)
+	n, _ := b.loads.LoadOrStore(kid, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
 	if k, _ := b.failSigner.Load().(string); k == kid {
 		return nil, fmt.Errorf("%w: token unreachable", backends.ErrUnavailable)
 	}

@@ -43,8 +43,9 @@ type Policy struct {
 	// after it stopped signing; 0 keeps it forever. Revoked versions never
 	// appear there; every version stays in the key-history document.
 	Retention Duration `json:"retention,omitempty"`
-	// TwoPersonRule makes revocation need a second principal's approval
-	// within the approval window (RequestRevoke, then Approve).
+	// TwoPersonRule makes revocation and key-material destruction need a
+	// second principal's approval within the approval window
+	// (RequestRevoke or RequestDestroy, then Approve).
 	TwoPersonRule bool `json:"two_person_rule,omitempty"`
 }
 

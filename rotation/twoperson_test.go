@@ -37,22 +37,26 @@ func TestTwoPersonRule(t *testing.T) {
 			t.Fatalf("requesting revoked already: %s", v.State)
 		}
 		// The requester cannot approve; an unknown id is not found.
-		if _, _, err := e.m.Approve(ctx, ap.ID, officerA); !errors.Is(err, rotation.ErrSamePrincipal) {
+		if _, err := e.m.Approve(ctx, ap.ID, officerA); !errors.Is(err, rotation.ErrSamePrincipal) {
 			t.Fatalf("self-approval: %v, want ErrSamePrincipal", err)
 		}
-		if _, _, err := e.m.Approve(ctx, "nope", officerB); !errors.Is(err, rotation.ErrApprovalNotFound) {
+		if _, err := e.m.Approve(ctx, "nope", officerB); !errors.Is(err, rotation.ErrApprovalNotFound) {
 			t.Fatalf("unknown approval: %v", err)
 		}
 		// A second principal approves: the revocation happens now.
 		e.at(t0.Add(30 * time.Minute))
-		got, next, err := e.m.Approve(ctx, ap.ID, officerB)
+		approved, err := e.m.Approve(ctx, ap.ID, officerB)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if approved.Revoked == nil || approved.Destroyed != nil || approved.Approval.ID != ap.ID || approved.Approval.Status != "approved" {
+			t.Fatalf("Approve of a revocation: %+v", approved)
+		}
+		got, next := *approved.Revoked, approved.Replacement
 		if got.State != store.StateRevoked || !eqTime(got.CompromisedAt, tp(t0)) || got.RevocationReason != "HSM backup leaked" || next == nil {
 			t.Fatalf("approved revocation: %+v replacement %+v", got, next)
 		}
-		if _, _, err := e.m.Approve(ctx, ap.ID, officerB); !errors.Is(err, rotation.ErrInvalidTransition) {
+		if _, err := e.m.Approve(ctx, ap.ID, officerB); !errors.Is(err, rotation.ErrInvalidTransition) {
 			t.Fatalf("approving twice: %v", err)
 		}
 		rows := auditRows(t, s)
@@ -79,7 +83,7 @@ func TestTwoPersonRule(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.at(t0.Add(3*time.Hour + time.Second))
-		if _, _, err := e.m.Approve(ctx, ap2.ID, officerB); !errors.Is(err, rotation.ErrInvalidTransition) {
+		if _, err := e.m.Approve(ctx, ap2.ID, officerB); !errors.Is(err, rotation.ErrInvalidTransition) {
 			t.Fatalf("late approval: %v, want ErrInvalidTransition", err)
 		}
 		list, err := s.ListApprovals(ctx, "expired")

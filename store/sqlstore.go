@@ -385,7 +385,8 @@ func (t *sqlTx) UpdateKeyBackend(ctx context.Context, name, backend string) erro
 // --- key versions -------------------------------------------------------
 
 const versionCols = `kid, key_name, algorithm, backend_ref, sealed_private_key, public_jwk, state, created_at,
-	published_at, activates_at, activated_at, retired_at, revoked_at, compromised_at, revocation_reason`
+	published_at, activates_at, activated_at, retired_at, revoked_at, compromised_at, revocation_reason,
+	material_destroyed_at`
 
 func scanVersion(scan func(...any) error) (KeyVersion, error) {
 	var v KeyVersion
@@ -393,7 +394,7 @@ func scanVersion(scan func(...any) error) (KeyVersion, error) {
 	err := scan(&v.KID, &v.KeyName, &v.Algorithm, &v.BackendRef, &v.SealedPrivateKey, &jwk, &state,
 		timeCol{&v.CreatedAt}, nullTimeCol{&v.PublishedAt}, nullTimeCol{&v.ActivatesAt},
 		nullTimeCol{&v.ActivatedAt}, nullTimeCol{&v.RetiredAt}, nullTimeCol{&v.RevokedAt},
-		nullTimeCol{&v.CompromisedAt}, &v.RevocationReason)
+		nullTimeCol{&v.CompromisedAt}, &v.RevocationReason, nullTimeCol{&v.MaterialDestroyedAt})
 	v.SealedPrivateKey = nilIfEmpty(v.SealedPrivateKey)
 	v.PublicJWK = []byte(jwk)
 	v.State = KeyState(state)
@@ -443,16 +444,17 @@ func (t *sqlTx) InsertVersion(ctx context.Context, v KeyVersion) error {
 		return fmt.Errorf("store: %s: empty public JWK", op)
 	}
 	_, err := t.exec(ctx, op,
-		`INSERT INTO key_versions (`+versionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		`INSERT INTO key_versions (`+versionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		v.KID, v.KeyName, v.Algorithm, v.BackendRef, blob(v.SealedPrivateKey), string(v.PublicJWK), string(v.State),
 		t.ts(v.CreatedAt), t.tsp(v.PublishedAt), t.tsp(v.ActivatesAt), t.tsp(v.ActivatedAt),
-		t.tsp(v.RetiredAt), t.tsp(v.RevokedAt), t.tsp(v.CompromisedAt), v.RevocationReason)
+		t.tsp(v.RetiredAt), t.tsp(v.RevokedAt), t.tsp(v.CompromisedAt), v.RevocationReason, t.tsp(v.MaterialDestroyedAt))
 	return err
 }
 
 // UpdateVersion overwrites State, the six instant fields (PublishedAt ...
 // CompromisedAt) and RevocationReason of the version v.KID; the key
-// material, KeyName and CreatedAt are never changed. ErrNotFound if absent;
+// material, MaterialDestroyedAt, KeyName and CreatedAt are never changed
+// (DestroyVersionMaterial changes the first two). ErrNotFound if absent;
 // ErrConflict if it would be a second active version of its key.
 func (t *sqlTx) UpdateVersion(ctx context.Context, v KeyVersion) error {
 	op := fmt.Sprintf("update version %q", v.KID)
@@ -464,6 +466,21 @@ func (t *sqlTx) UpdateVersion(ctx context.Context, v KeyVersion) error {
 			retired_at = ?, revoked_at = ?, compromised_at = ?, revocation_reason = ? WHERE kid = ?`,
 		string(v.State), t.tsp(v.PublishedAt), t.tsp(v.ActivatesAt), t.tsp(v.ActivatedAt),
 		t.tsp(v.RetiredAt), t.tsp(v.RevokedAt), t.tsp(v.CompromisedAt), v.RevocationReason, v.KID)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("store: %s: %w", op, ErrNotFound)
+	}
+	return nil
+}
+
+// DestroyVersionMaterial implements Tx.DestroyVersionMaterial.
+func (t *sqlTx) DestroyVersionMaterial(ctx context.Context, kid string, at time.Time) error {
+	op := fmt.Sprintf("destroy material of version %q", kid)
+	n, err := t.exec(ctx, op,
+		`UPDATE key_versions SET material_destroyed_at = COALESCE(material_destroyed_at, ?), sealed_private_key = NULL WHERE kid = ?`,
+		t.ts(at), kid)
 	if err != nil {
 		return err
 	}

@@ -72,6 +72,11 @@ type KeyVersion struct {
 	RevokedAt        *time.Time // revocation recorded
 	CompromisedAt    *time.Time // vrp_compromised_at (may precede RevokedAt)
 	RevocationReason string
+	// MaterialDestroyedAt is when the private half was destroyed for good
+	// (Tx.DestroyVersionMaterial; nil while it exists). A destroyed
+	// version keeps its public JWK and lifecycle instants, so receipts it
+	// signed stay verifiable, but it can never sign again.
+	MaterialDestroyedAt *time.Time
 }
 
 // BackendKind returns the backend kind holding the version's private half:
@@ -117,7 +122,7 @@ type APIToken struct {
 type Approval struct {
 	ID          string
 	KeyName     string
-	Action      string // "revoke"
+	Action      string // "revoke" or "destroy"
 	KID         string
 	Params      []byte
 	RequestedBy string
@@ -172,8 +177,15 @@ type Tx interface {
 	UpdateKeyBackend(ctx context.Context, name, backend string) error
 	InsertVersion(ctx context.Context, v KeyVersion) error // ErrConflict on duplicate kid / second active
 	// UpdateVersion overwrites State and the instant fields of the version
-	// with v.KID. ErrNotFound if absent; ErrConflict on a second active.
+	// with v.KID (not MaterialDestroyedAt). ErrNotFound if absent;
+	// ErrConflict on a second active.
 	UpdateVersion(ctx context.Context, v KeyVersion) error
+	// DestroyVersionMaterial records that the private half of version kid
+	// was destroyed at at: it sets MaterialDestroyedAt (keeping the first
+	// instant when already set) and drops SealedPrivateKey (NULL), in this
+	// transaction. Nothing else of the version changes. ErrNotFound if
+	// absent.
+	DestroyVersionMaterial(ctx context.Context, kid string, at time.Time) error
 	// LockIssuer serializes, until the transaction ends, every transaction
 	// that mints kids for issuer, across keys and processes (PostgreSQL
 	// advisory lock; SQLite transactions are already exclusive).

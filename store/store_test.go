@@ -114,8 +114,8 @@ func testMigrations(t *testing.T, cfg func(t *testing.T) Config, kind string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(applied, []int64{1, 2}) {
-			t.Fatalf("first Migrate applied %v, want [1 2]", applied)
+		if !reflect.DeepEqual(applied, []int64{1, 2, 3}) {
+			t.Fatalf("first Migrate applied %v, want [1 2 3]", applied)
 		}
 		applied, err = Migrate(ctx, c)
 		if err != nil || len(applied) != 0 {
@@ -130,6 +130,7 @@ func testMigrations(t *testing.T, cfg func(t *testing.T) Config, kind string) {
 			t.Errorf("Kind() = %q, want %q", s.Kind(), kind)
 		}
 	})
+	t.Run("migrate 00002 database through 00003", func(t *testing.T) { testMigrate00003(t, cfg, kind) })
 	t.Run("open unmigrated", func(t *testing.T) {
 		_, err := Open(ctx, cfg(t))
 		if !errors.Is(err, ErrNotMigrated) || !strings.Contains(err.Error(), "run `keysvc migrate`") {
@@ -183,7 +184,7 @@ func normKey(k Key) Key { k.CreatedAt = norm(k.CreatedAt); return k }
 
 func normVersion(v KeyVersion) KeyVersion {
 	v.CreatedAt = norm(v.CreatedAt)
-	for _, p := range []**time.Time{&v.PublishedAt, &v.ActivatesAt, &v.ActivatedAt, &v.RetiredAt, &v.RevokedAt, &v.CompromisedAt} {
+	for _, p := range []**time.Time{&v.PublishedAt, &v.ActivatesAt, &v.ActivatedAt, &v.RetiredAt, &v.RevokedAt, &v.CompromisedAt, &v.MaterialDestroyedAt} {
 		*p = normp(*p)
 	}
 	return v
@@ -254,6 +255,7 @@ func runSuite(t *testing.T, open func(t *testing.T) Store) {
 		full.PublishedAt, full.ActivatesAt, full.ActivatedAt = ptr(at(1, 1)), ptr(at(2, 2)), ptr(at(2, 3))
 		full.RetiredAt, full.RevokedAt, full.CompromisedAt = ptr(at(5, 4)), ptr(at(6, 5)), ptr(at(4, 6))
 		full.RevocationReason = "key compromise"
+		full.MaterialDestroyedAt = ptr(at(7, 8))
 		// Same CreatedAt: ordered by kid. Earlier CreatedAt sorts first despite its kid.
 		b := version("zeta", "villaakerlyckan.se-2025-03-03-02", StateActive, at(3, 0))
 		a := version("zeta", "villaakerlyckan.se-2025-03-03-01", StatePending, at(3, 0))
@@ -308,7 +310,7 @@ func runSuite(t *testing.T, open func(t *testing.T) Store) {
 			t.Fatal(err)
 		}
 		equal(t, "GetVersion a", v, normVersion(a))
-		if v.SealedPrivateKey != nil || v.PublishedAt != nil || v.CompromisedAt != nil {
+		if v.SealedPrivateKey != nil || v.PublishedAt != nil || v.CompromisedAt != nil || v.MaterialDestroyedAt != nil {
 			t.Errorf("nil fields read back non-nil: %#v", v)
 		}
 
@@ -537,12 +539,82 @@ func runSuite(t *testing.T, open func(t *testing.T) Store) {
 		// UpdateVersion never touches key material or CreatedAt.
 		mod := act
 		mod.PublicJWK, mod.BackendRef, mod.CreatedAt, mod.SealedPrivateKey = []byte(`{}`), "x", at(9, 0), []byte{1}
-		mod.RevocationReason = "superseded"
+		mod.RevocationReason, mod.MaterialDestroyedAt = "superseded", ptr(at(9, 1))
 		tx(t, s, func(tx Tx) error { return tx.UpdateVersion(ctx, mod) })
 		got, _ = s.GetVersion(ctx, "k-2")
 		want := normVersion(act)
 		want.RevocationReason = "superseded"
 		equal(t, "after UpdateVersion with other fields changed", got, want)
+	})
+
+	t.Run("destroy version material", func(t *testing.T) {
+		s := open(t)
+		sealed := version("k", "k-1", StateRetired, at(1, 0))
+		sealed.SealedPrivateKey = []byte{0x01, 0x02, 0x03}
+		sealed.ActivatedAt, sealed.RetiredAt = ptr(at(1, 1)), ptr(at(2, 2))
+		other := version("k", "k-2", StateActive, at(2, 0))
+		other.SealedPrivateKey = []byte{0x09}
+		other.ActivatedAt = ptr(at(2, 2))
+		tx(t, s, func(tx Tx) error {
+			if err := tx.InsertKey(ctx, key("k")); err != nil {
+				return err
+			}
+			if err := tx.InsertVersion(ctx, sealed); err != nil {
+				return err
+			}
+			return tx.InsertVersion(ctx, other)
+		})
+
+		// Rolled back: nothing changes.
+		boom := errors.New("boom")
+		err := s.InTx(ctx, func(tx Tx) error {
+			if err := tx.DestroyVersionMaterial(ctx, "k-1", at(3, 0)); err != nil {
+				return err
+			}
+			got, err := tx.GetVersion(ctx, "k-1")
+			if err != nil {
+				return err
+			}
+			if got.SealedPrivateKey != nil || !reflect.DeepEqual(got.MaterialDestroyedAt, ptr(norm(at(3, 0)))) {
+				t.Errorf("inside the tx: sealed %x destroyed %v", got.SealedPrivateKey, got.MaterialDestroyedAt)
+			}
+			return boom
+		})
+		if err != boom {
+			t.Fatalf("InTx: %v", err)
+		}
+		got, _ := s.GetVersion(ctx, "k-1")
+		equal(t, "after a rolled-back destruction", got, normVersion(sealed))
+
+		// Committed: the blob is gone, the instant recorded, nothing else changed.
+		tx(t, s, func(tx Tx) error { return tx.DestroyVersionMaterial(ctx, "k-1", at(3, 123456789)) })
+		want := normVersion(sealed)
+		want.SealedPrivateKey, want.MaterialDestroyedAt = nil, ptr(norm(at(3, 123456789)))
+		got, err = s.GetVersion(ctx, "k-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		equal(t, "after destruction", got, want)
+		if got.MaterialDestroyedAt.Location() != time.UTC {
+			t.Errorf("MaterialDestroyedAt location %v, want UTC", got.MaterialDestroyedAt.Location())
+		}
+		vs, err := s.ListVersions(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		equal(t, "ListVersions after destruction", vs, []KeyVersion{want, normVersion(other)})
+
+		// Again: the first instant stays. UpdateVersion leaves it alone.
+		tx(t, s, func(tx Tx) error { return tx.DestroyVersionMaterial(ctx, "k-1", at(4, 0)) })
+		upd := want
+		upd.State, upd.RevokedAt, upd.CompromisedAt, upd.RevocationReason = StateRevoked, ptr(at(5, 0)), ptr(at(1, 0)), "leak"
+		upd.MaterialDestroyedAt, upd.SealedPrivateKey = nil, []byte{7}
+		tx(t, s, func(tx Tx) error { return tx.UpdateVersion(ctx, upd) })
+		want.State, want.RevokedAt, want.CompromisedAt, want.RevocationReason = StateRevoked, ptr(norm(at(5, 0))), ptr(norm(at(1, 0))), "leak"
+		got, _ = s.GetVersion(ctx, "k-1")
+		equal(t, "after a second destruction and an update", got, want)
+
+		isErr(t, "missing version", s.InTx(ctx, func(tx Tx) error { return tx.DestroyVersionMaterial(ctx, "nope", at(1, 0)) }), ErrNotFound)
 	})
 
 	t.Run("ignored statement error rolls back", func(t *testing.T) {

@@ -740,7 +740,107 @@ func (b *Backend) scheduleDeletion(ctx context.Context, keyID string, days int) 
 	return time.Now().UTC().AddDate(0, 0, days), nil
 }
 
+// DestroyKey implements backends.Destroyer: it schedules deletion of the
+// KMS key of key version kid (ScheduleKeyDeletion) after
+// opt.PendingWindowDays (7 to 30; 0 means 30) and returns the deletion
+// date. KMS disables the key at once and destroys it on that date; until
+// then an AWS administrator can cancel (aws kms cancel-key-deletion).
+//
+// It first checks, with DescribeKey, that the KMS key is the version's: a
+// SIGN_VERIFY key whose public key equals h.Public (else ErrKeyMismatch,
+// nothing scheduled; a disabled key, whose public key KMS does not serve,
+// is scheduled on the strength of its ARN in key history). It is idempotent: a key already pending deletion is
+// success with AlreadyDestroyed set and the deletion date KMS reports. A
+// key KMS cannot find is an error wrapping ErrUnavailable (it may be
+// another account or endpoint), never taken as destroyed.
+func (b *Backend) DestroyKey(ctx context.Context, kid string, h backends.Handle, opt backends.DestroyOptions) (backends.DestroyResult, error) {
+	days := opt.PendingWindowDays
+	if days == 0 {
+		days = backends.DefaultPendingWindowDays
+	}
+	if days < backends.MinPendingWindowDays || days > backends.MaxPendingWindowDays {
+		return backends.DestroyResult{}, fmt.Errorf("awskms: %s: the pending window must be %d to %d days, got %d",
+			kid, backends.MinPendingWindowDays, backends.MaxPendingWindowDays, days)
+	}
+	r, err := ParseRef(h.Ref)
+	if err != nil {
+		return backends.DestroyResult{}, fmt.Errorf("%w: %s: %w", backends.ErrKeyMismatch, kid, err)
+	}
+	if err := b.checkRegion(r); err != nil {
+		return backends.DestroyResult{}, err
+	}
+	md, err := b.describe(ctx, r.KeyID)
+	if err != nil {
+		return backends.DestroyResult{}, fmt.Errorf("%s: %w", kid, err)
+	}
+	if md.KeyUsage != types.KeyUsageTypeSignVerify {
+		return backends.DestroyResult{}, fmt.Errorf("%w: %s: KMS key %s has KeyUsage %s; refusing to schedule its deletion", backends.ErrKeyMismatch, kid, r.KeyID, md.KeyUsage)
+	}
+	if pending, res := pendingDeletion(md); pending {
+		return res, nil
+	}
+	note := fmt.Sprintf("KMS key %s scheduled for deletion (%d days)", r.KeyID, days)
+	if h.Public != nil {
+		// KMS refuses GetPublicKey for a disabled key (keysvc awskms
+		// disable); the key ARN from key history still names it.
+		pub, err := b.publicKey(ctx, r.KeyID)
+		switch {
+		case errors.Is(err, backends.ErrKeyDisabled):
+			note += "; the key was disabled, its public key not compared"
+		case err != nil:
+			return backends.DestroyResult{}, fmt.Errorf("%s: %w", kid, err)
+		case !publicEqual(pub, h.Public):
+			return backends.DestroyResult{}, fmt.Errorf("%w: %s: KMS key %s holds another public key than the one recorded for this version; refusing to schedule its deletion", backends.ErrKeyMismatch, kid, r.KeyID)
+		}
+	}
+	at, err := b.scheduleDeletion(ctx, r.KeyID, days)
+	if errors.Is(err, backends.ErrKeyDisabled) {
+		// KMSInvalidStateException: perhaps scheduled meanwhile (another
+		// replica, an officer in the AWS console).
+		if md2, derr := b.describe(ctx, r.KeyID); derr == nil {
+			if pending, res := pendingDeletion(md2); pending {
+				return res, nil
+			}
+		}
+	}
+	if err != nil {
+		return backends.DestroyResult{}, fmt.Errorf("%s: %w", kid, err)
+	}
+	return backends.DestroyResult{DeletionDate: &at, Note: note}, nil
+}
+
+// describe returns DescribeKey's metadata of keyID.
+func (b *Backend) describe(ctx context.Context, keyID string) (*types.KeyMetadata, error) {
+	var out *kms.DescribeKeyOutput
+	err := b.call(ctx, "DescribeKey", keyID, func(ctx context.Context) (err error) {
+		out, err = b.client.DescribeKey(ctx, &kms.DescribeKeyInput{KeyId: aws.String(keyID)})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out.KeyMetadata == nil {
+		return nil, fmt.Errorf("%w: awskms DescribeKey %s: no metadata", backends.ErrUnavailable, keyID)
+	}
+	return out.KeyMetadata, nil
+}
+
+// pendingDeletion reports whether md is a key already pending deletion, and
+// the idempotent DestroyKey result for it.
+func pendingDeletion(md *types.KeyMetadata) (bool, backends.DestroyResult) {
+	if md.KeyState != types.KeyStatePendingDeletion {
+		return false, backends.DestroyResult{}
+	}
+	res := backends.DestroyResult{AlreadyDestroyed: true, Note: "KMS key already pending deletion"}
+	if md.DeletionDate != nil {
+		at := md.DeletionDate.UTC()
+		res.DeletionDate = &at
+	}
+	return true, res
+}
+
 var (
 	_ backends.Backend       = (*Backend)(nil)
 	_ backends.HealthChecker = (*Backend)(nil)
+	_ backends.Destroyer     = (*Backend)(nil)
 )

@@ -205,6 +205,27 @@ func (s *session) sign(mech uint, key p11.ObjectHandle, data []byte) ([]byte, er
 // Object handles are cached per token connection and looked up again
 // after a reconnect.
 func (b *Backend) Signer(ctx context.Context, kid string, h backends.Handle) (crypto.Signer, error) {
+	k, err := b.keyObject(kid, h)
+	if err != nil {
+		return nil, err
+	}
+	err = b.withSession(ctx, "load key "+k.label, func(s *session) error {
+		_, err := k.find(s)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// keyObject checks that h.Ref names the private key object of key version
+// kid on this backend's token and returns a keySigner for it (nothing is
+// looked up in the token yet). Errors wrap backends.ErrKeyMismatch for a
+// reference that is not this version's, backends.ErrUnavailable for a key
+// on another token and backends.ErrUnsupportedAlgorithm for a public key
+// keysvc cannot use.
+func (b *Backend) keyObject(kid string, h backends.Handle) (*keySigner, error) {
 	u, err := parseObjectURI(h.Ref)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: backend reference %q: %v", backends.ErrKeyMismatch, kid, h.Ref, err)
@@ -230,13 +251,6 @@ func (b *Backend) Signer(ctx context.Context, kid string, h backends.Handle) (cr
 		k.alg, k.mech, k.pub = signer.AlgES256, p11.CKM_ECDSA, pub
 	default:
 		return nil, fmt.Errorf("%w: %s: public key %T", backends.ErrUnsupportedAlgorithm, kid, h.Public)
-	}
-	err = b.withSession(ctx, "load key "+u.Object, func(s *session) error {
-		_, err := k.find(s)
-		return err
-	})
-	if err != nil {
-		return nil, err
 	}
 	return k, nil
 }

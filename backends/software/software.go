@@ -209,6 +209,29 @@ func (b *Backend) Signer(ctx context.Context, kid string, h backends.Handle) (cr
 // Close is a no-op.
 func (b *Backend) Close() error { return nil }
 
+// DestroyKey implements backends.Destroyer. The software backend keeps
+// nothing outside key history: the private half is the KEK-sealed blob
+// stored with the version, and the store removes it (sets it to NULL) in
+// the transaction that records the destruction. DestroyKey therefore
+// changes nothing; it reports AlreadyDestroyed when h carries no blob.
+//
+// What stays behind: every database backup (and PostgreSQL WAL archive,
+// SQLite file copy) taken before the destruction still holds the sealed
+// blob, and the KEK opens it. The material is only gone once those copies
+// have expired, or once the KEK itself is destroyed after every key sealed
+// under it has been destroyed or moved.
+func (b *Backend) DestroyKey(ctx context.Context, kid string, h backends.Handle, _ backends.DestroyOptions) (backends.DestroyResult, error) {
+	if err := ctx.Err(); err != nil {
+		return backends.DestroyResult{}, err
+	}
+	if len(h.Sealed) == 0 {
+		return backends.DestroyResult{AlreadyDestroyed: true, Note: "no sealed private key left in key history"}, nil
+	}
+	return backends.DestroyResult{Note: "sealed private key removed from key history; earlier database backups still hold it"}, nil
+}
+
+var _ backends.Destroyer = (*Backend)(nil)
+
 func ecdsaFromScalar(d []byte) (*ecdsa.PrivateKey, error) {
 	return ecdsa.ParseRawPrivateKey(elliptic.P256(), d)
 }

@@ -555,3 +555,39 @@ func TestSignerOutOfRangeScalar(t *testing.T) {
 		t.Fatalf("Signer: %v, want ErrKeyMismatch", err)
 	}
 }
+
+// TestDestroyKey: the software backend holds nothing outside key history,
+// so DestroyKey changes nothing (the store drops the sealed blob); it says
+// so, reports a handle without a blob as already destroyed, and honours a
+// canceled context.
+func TestDestroyKey(t *testing.T) {
+	ctx := context.Background()
+	b := newBackend(t, fixedKEK(0x42))
+	var _ backends.Destroyer = b
+	kid := "villaakerlyckan.se-2026-05-18-01"
+	h, err := b.CreateKey(ctx, backends.CreateRequest{KeyName: "villa", KID: kid, Algorithm: signer.AlgEdDSA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed := bytes.Clone(h.Sealed)
+	res, err := b.DestroyKey(ctx, kid, h, backends.DestroyOptions{PendingWindowDays: 7})
+	if err != nil || res.AlreadyDestroyed || res.DeletionDate != nil || !strings.Contains(res.Note, "backups") {
+		t.Fatalf("DestroyKey: %+v %v", res, err)
+	}
+	if !bytes.Equal(h.Sealed, sealed) {
+		t.Fatal("DestroyKey modified the handle's sealed blob")
+	}
+	res, err = b.DestroyKey(ctx, kid, backends.Handle{Ref: h.Ref, Public: h.Public}, backends.DestroyOptions{})
+	if err != nil || !res.AlreadyDestroyed {
+		t.Fatalf("DestroyKey without a sealed blob: %+v %v", res, err)
+	}
+	// Without its blob the version cannot sign: the sealed key is all there is.
+	if _, err := b.Signer(ctx, kid, backends.Handle{Ref: h.Ref, Public: h.Public}); !errors.Is(err, backends.ErrKeyMismatch) {
+		t.Fatalf("Signer without a sealed blob: %v", err)
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := b.DestroyKey(canceled, kid, h, backends.DestroyOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("DestroyKey with a canceled context: %v", err)
+	}
+}

@@ -104,9 +104,9 @@ func newKeysCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), vs)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KID\tSTATUS\tNOT BEFORE\tNOT AFTER\tCOMPROMISED AT\tBACKEND REF")
+			fmt.Fprintln(tw, "KID\tSTATUS\tNOT BEFORE\tNOT AFTER\tCOMPROMISED AT\tMATERIAL DESTROYED\tBACKEND REF")
 			for _, v := range vs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.KID, v.Status, dash(v.NotBefore), dash(v.NotAfter), dash(v.CompromisedAt), v.BackendRef)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.KID, v.Status, dash(v.NotBefore), dash(v.NotAfter), dash(v.CompromisedAt), dash(v.MaterialDestroyedAt), v.BackendRef)
 			}
 			return tw.Flush()
 		}),
@@ -194,6 +194,51 @@ func newKeysCmd() *cobra.Command {
 	_ = revokeCmd.MarkFlagRequired("compromised-at")
 	_ = revokeCmd.MarkFlagRequired("reason")
 
+	var destroyReason string
+	var pendingDays int
+	destroyCmd := &cobra.Command{
+		Use:   "destroy KID --reason TEXT [--pending-days N]",
+		Short: "Destroy a retired or revoked version's private key material for good (its public key stays published)",
+		Long: `Destroy the private key material of key version KID in its backend, for
+good: software - the KEK-sealed key is removed from key history (database
+backups taken before still hold it); pkcs11 - the token's key objects are
+destroyed at once; awskms - the KMS key is scheduled for deletion after
+--pending-days (7 to 30, default 30; cancellable in AWS until then).
+
+Only retired and revoked versions qualify: an active or pending version
+still signs (rotate, or revoke, first). The version keeps its state, window
+and public key in the key history, so receipts it signed stay verifiable;
+it can never sign again. Needs scope admin:revoke. Under the key's
+two-person rule this files an approval request that a second officer grants
+with 'keysvc approvals approve ID' within the hour.`,
+		Args: cobra.ExactArgs(1),
+		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("pending-days") && (pendingDays < 7 || pendingDays > 30) {
+				return fmt.Errorf("--pending-days must be 7 to 30, got %d", pendingDays)
+			}
+			d, err := c.DestroyVersion(ctx, args[0], destroyReason, pendingDays)
+			var pending *client.PendingApproval
+			if errors.As(err, &pending) {
+				if asJSON {
+					return printJSON(cmd.OutOrStdout(), map[string]any{"approval": pending.Approval})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "two-person rule: %s\n", pending.Error())
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), d)
+			}
+			printDestroyed(cmd.OutOrStdout(), d)
+			return nil
+		}),
+	}
+	destroyCmd.Flags().StringVar(&destroyReason, "reason", "", "why (required; recorded in the audit trail)")
+	destroyCmd.Flags().IntVar(&pendingDays, "pending-days", 0, "awskms only: days before KMS deletes the key, 7 to 30 (default 30); other backends destroy at once")
+	_ = destroyCmd.MarkFlagRequired("reason")
+
 	var pol client.Policy
 	var policyReason string
 	policyCmd := &cobra.Command{
@@ -229,7 +274,7 @@ func newKeysCmd() *cobra.Command {
 	backendCmd.Flags().StringVar(&backendReason, "reason", "", "why (recorded in the audit trail)")
 	_ = backendCmd.MarkFlagRequired("to")
 
-	cmd.AddCommand(createCmd, listCmd, versionsCmd, rotateCmd, activateCmd, revokeCmd, policyCmd, backendCmd)
+	cmd.AddCommand(createCmd, listCmd, versionsCmd, rotateCmd, activateCmd, revokeCmd, destroyCmd, policyCmd, backendCmd)
 	return cmd
 }
 
@@ -261,7 +306,7 @@ func newApprovalsCmd() *cobra.Command {
 	}
 	listCmd.Flags().StringVar(&status, "status", "pending", "pending, approved, expired, or empty for all")
 	approveCmd := &cobra.Command{
-		Use: "approve ID", Short: "Grant an approval as the second officer; the change happens now", Args: cobra.ExactArgs(1),
+		Use: "approve ID", Short: "Grant an approval as the second officer; the change (revocation or key-material destruction) happens now", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tok, err := cf.token()
 			if err != nil {
@@ -269,13 +314,17 @@ func newApprovalsCmd() *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			revoked, active, err := client.New(cf.server, tok).Approve(ctx, args[0])
+			res, err := client.New(cf.server, tok).ApproveAction(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "revoked: %s (compromised at %s)\n", revoked.KID, revoked.CompromisedAt)
-			if active != nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "active:  %s (since %s)\n", active.KID, active.NotBefore)
+			if res.Destroyed != nil {
+				printDestroyed(cmd.OutOrStdout(), *res.Destroyed)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked: %s (compromised at %s)\n", res.Revoked.KID, res.Revoked.CompromisedAt)
+			if res.Active != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "active:  %s (since %s)\n", res.Active.KID, res.Active.NotBefore)
 			}
 			return nil
 		},
@@ -288,7 +337,19 @@ func policyFlags(cmd *cobra.Command, p *client.Policy) {
 	cmd.Flags().StringVar(&p.RotationPeriod, "rotation-period", "", "rotate on this schedule, e.g. 2160h (0 or empty: by hand only)")
 	cmd.Flags().StringVar(&p.Prepublish, "prepublish", "", "publish the next version this long before it signs; must exceed the JWKS max-age (default twice the max-age)")
 	cmd.Flags().StringVar(&p.Retention, "retention", "", "keep retired versions in the JWKS this long after they stop signing (empty: forever)")
-	cmd.Flags().BoolVar(&p.TwoPersonRule, "two-person-rule", false, "revocation needs a second officer's approval (keysvc approvals approve ID)")
+	cmd.Flags().BoolVar(&p.TwoPersonRule, "two-person-rule", false, "revocation and key-material destruction need a second officer's approval (keysvc approvals approve ID)")
+}
+
+// printDestroyed prints the outcome of a key-material destruction.
+func printDestroyed(w io.Writer, d client.Destroyed) {
+	fmt.Fprintf(w, "destroyed: key material of %s (%s, backend %s) at %s\n", d.Version.KID, d.Version.Status, d.Backend, d.Version.MaterialDestroyedAt)
+	if d.DeletionDate != "" {
+		fmt.Fprintf(w, "KMS deletes the key on %s (cancellable in AWS until then)\n", d.DeletionDate)
+	}
+	if d.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", d.Note)
+	}
+	fmt.Fprintf(w, "its public key stays in the key history: receipts it signed remain verifiable\n")
 }
 
 func dash(s string) string {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/keysvc/keysvc/backends"
 	"github.com/keysvc/keysvc/backends/awskms"
+	"github.com/keysvc/keysvc/rotation"
 	"github.com/keysvc/keysvc/store"
 )
 
@@ -187,11 +188,18 @@ func newAWSKMSScheduleDeletionCmd() *cobra.Command {
 	var disable bool
 	cmd := &cobra.Command{
 		Use:   "schedule-deletion KID --pending-days N --reason TEXT",
-		Short: "Schedule destruction of a retired or revoked version's KMS key material (7-30 days, cancellable in AWS until then)",
+		Short: "Schedule destruction of a retired or revoked version's KMS key material (7-30 days, cancellable in AWS until then); prefer 'keysvc keys destroy'",
 		Long: `Schedule deletion of the KMS key that holds the private half of key version
 KID, after --pending-days (7 to 30; KMS's limits). Until that date an AWS
 administrator can cancel it (aws kms cancel-key-deletion). Only retired and
 revoked versions qualify: a version that is active or pending still signs.
+
+'keysvc keys destroy KID --reason TEXT [--pending-days N]' is the normal
+path: it goes through the admin API, honours the key's two-person rule and
+records the destruction in key history (material_destroyed_at). This
+command goes to KMS directly and only appends an audit row; it refuses
+versions of keys whose policy has the two-person rule, which it would
+bypass.
 
 Historical public keys stay published: the key history (and the JWKS for a
 retired version within retention) keeps the version's public key, so
@@ -213,6 +221,9 @@ like 'keysvc audit').`,
 			defer st.Close()
 			if v.State != store.StateRetired && v.State != store.StateRevoked {
 				return fmt.Errorf("%s is %s: it still signs or is about to; rotate (or revoke) first, then schedule deletion of its key material", v.KID, v.State)
+			}
+			if err := refuseUnderTwoPersonRule(ctx, st, v); err != nil {
+				return err
 			}
 			w := cmd.ErrOrStderr()
 			fmt.Fprintf(w, "WARNING: scheduling destruction of the private key material of %s (%s) in AWS KMS.\n", v.KID, v.BackendRef)
@@ -241,6 +252,27 @@ like 'keysvc audit').`,
 	cmd.Flags().IntVar(&days, "pending-days", 30, "waiting period before KMS destroys the key material (7-30)")
 	cmd.Flags().BoolVar(&disable, "disable", false, "also disable the KMS key now (keysvc no longer loads it; already implied by pending deletion)")
 	return cmd
+}
+
+// refuseUnderTwoPersonRule refuses a direct KMS deletion of a version of a
+// key whose policy has the two-person rule: the approval flow of
+// `keysvc keys destroy` must not be bypassable by whoever can open key
+// history and reach KMS.
+func refuseUnderTwoPersonRule(ctx context.Context, st store.Store, v store.KeyVersion) error {
+	k, err := st.GetKey(ctx, v.KeyName)
+	if err != nil {
+		return err
+	}
+	var pol rotation.Policy
+	if len(k.Policy) > 0 {
+		if err := json.Unmarshal(k.Policy, &pol); err != nil {
+			return fmt.Errorf("key %s: stored policy: %w", k.Name, err)
+		}
+	}
+	if pol.TwoPersonRule {
+		return fmt.Errorf("key %s has the two-person rule: destroying the key material of %s needs a second officer's approval, which this command would bypass; use `keysvc keys destroy %s --reason TEXT [--pending-days N]` (then `keysvc approvals approve ID` by a second officer)", k.Name, v.KID, v.KID)
+	}
+	return nil
 }
 
 func newAWSKMSDisableCmd() *cobra.Command {

@@ -205,3 +205,79 @@ func checkES256JWKS(t *testing.T, raw []byte, jws, kid string) {
 	}
 	t.Fatalf("kid %s not in JWKS %s", kid, raw)
 }
+
+// TestKMSDestroy runs `keysvc keys destroy` on an AWS KMS version (the
+// local-kms emulator behind a real `keysvc serve`): the KMS key is
+// scheduled for deletion with the requested window, key history records
+// material_destroyed_at, and a receipt the version signed still verifies.
+// `keysvc awskms schedule-deletion` refuses a version whose key has the
+// two-person rule and points to `keysvc keys destroy`.
+func TestKMSDestroy(t *testing.T) {
+	lk := kmstest.StartLocalKMS(t)
+	e := newLifecycleEnv(t, "")
+	env := awskmsEnv(t)
+	srv := startServer(t, env, "--data-dir", e.dir, "--kek-file", e.kek,
+		"--awskms-region", lk.Region, "--awskms-endpoint", lk.Endpoint, "--awskms-timeout", "5s")
+	ctx := context.Background()
+	c := client.New(srv.URL, e.token)
+	officer := append(append([]string{}, env...), "KEYSVC_AWSKMS_ENDPOINT="+lk.Endpoint, "KEYSVC_TOKEN="+e.token)
+
+	_, v1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villaakerlyckan.se", Algorithm: "ES256", Backend: "awskms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.MCPTransport(ctx, "villa", client.TransportRequest{Tool: "get_verified_stay_offer", Arguments: map[string]any{"guests": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Rotate(ctx, "villa", "retire v1"); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, officer, "keys", "destroy", v1.KID, "--reason", "retired; KMS key no longer needed", "--pending-days", "6", "--server", srv.URL)
+	if code == 0 || !strings.Contains(errOut, "--pending-days must be 7 to 30") {
+		t.Fatalf("keys destroy --pending-days 6: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, officer, "keys", "destroy", v1.KID, "--reason", "retired; KMS key no longer needed", "--pending-days", "7", "--server", srv.URL)
+	if code != 0 || !strings.Contains(out, "destroyed: key material of "+v1.KID+" (retired, backend awskms)") || !strings.Contains(out, "KMS deletes the key on ") {
+		t.Fatalf("keys destroy: exit %d\n%s%s", code, out, errOut)
+	}
+	vs, err := c.Versions(ctx, "villa")
+	if err != nil || vs[0].KID != v1.KID || vs[0].MaterialDestroyedAt == "" || vs[1].MaterialDestroyedAt != "" {
+		t.Fatalf("versions after destroy: %+v %v", vs, err)
+	}
+	jwks, err := c.JWKS(ctx, "villa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkES256JWKS(t, jwks, first.JWS, v1.KID)
+	out, _, code = runCLI(t, nil, "audit", "list", "--key", "villa", "--json", "--data-dir", e.dir)
+	if code != 0 || !strings.Contains(out, `"version.destroy_material"`) || !strings.Contains(out, `"pending_days": 7`) || !strings.Contains(out, `"deletion_date"`) {
+		t.Fatalf("audit after keys destroy: %s", out)
+	}
+
+	// Under the two-person rule the direct KMS command refuses.
+	_, w1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "tpr", Issuer: "tpr.example", Algorithm: "ES256", Backend: "awskms",
+		Policy: &client.Policy{TwoPersonRule: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Rotate(ctx, "tpr", "retire w1"); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runCLI(t, officer, "awskms", "schedule-deletion", w1.KID, "--pending-days", "7", "--data-dir", e.dir, "--reason", "bypass attempt")
+	if code == 0 || !strings.Contains(errOut, "two-person rule") || !strings.Contains(errOut, "keysvc keys destroy "+w1.KID) {
+		t.Fatalf("schedule-deletion under the two-person rule: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, _ = runCLI(t, nil, "audit", "list", "--key", "tpr", "--json", "--data-dir", e.dir)
+	if strings.Contains(out, "awskms.schedule_deletion") {
+		t.Fatalf("a refused schedule-deletion was audited: %s", out)
+	}
+	// Signing with the key's active version is unaffected.
+	if _, err := c.Sign(ctx, "tpr", map[string]any{"n": 1}, ""); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = runCLI(t, nil, "awskms", "schedule-deletion", "--help")
+	if code != 0 || !strings.Contains(out, "keysvc keys destroy") {
+		t.Fatalf("schedule-deletion --help does not point to keys destroy:\n%s", out)
+	}
+}

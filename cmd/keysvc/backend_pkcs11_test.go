@@ -138,6 +138,22 @@ func TestPKCS11EndToEnd(t *testing.T) {
 		t.Fatalf("history after revocation: %s %v", history, err)
 	}
 
+	// Destruction of the revoked version's key material: the token's
+	// objects go; the version stays in the history; kid2 still signs.
+	d, err := c.DestroyVersion(ctx, kid1, "test: no longer needed", 0)
+	if err != nil || d.Backend != "pkcs11" || d.Version.MaterialDestroyedAt == "" || d.AlreadyDestroyed || !strings.Contains(d.Note, "private key object destroyed") {
+		t.Fatalf("destroy: %+v %v", d, err)
+	}
+	if _, err := c.DestroyVersion(ctx, kid1, "again", 0); err == nil || !strings.Contains(err.Error(), "invalid_transition") {
+		t.Fatalf("destroy twice: %v", err)
+	}
+	if res3, err := c.Sign(ctx, "villa", map[string]any{"n": 3}, ""); err != nil || res3.KID != kid2 {
+		t.Fatalf("sign after destroying %s: %+v %v", kid1, res3, err)
+	}
+	if history, err = c.History(ctx, "villa"); err != nil || !verifyJWS(t, jwksByKID(t, history)[kid1]["x"], res.JWS) {
+		t.Fatalf("a signature of the destroyed %s does not verify from the history: %v", kid1, err)
+	}
+
 	// The scheduler rotates a pkcs11 key like any other.
 	if _, _, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "sched", Issuer: "sched.example", Backend: "pkcs11",
 		Policy: &client.Policy{RotationPeriod: "2s", Prepublish: "1s"}}); err != nil {
