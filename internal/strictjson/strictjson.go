@@ -20,6 +20,7 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json"
@@ -92,7 +93,11 @@ func Check(data []byte, lim Limits) error {
 	if maxDepth <= 0 {
 		maxDepth = defaultMaxDepth
 	}
-	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	pd := decoders.Get().(*pooledDecoder)
+	defer pd.release()
+	pd.buf = bytes.NewBuffer(data) // parsed in place: a *bytes.Buffer is not copied
+	dec := pd.dec
+	dec.Reset(pd.buf)
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {
@@ -196,4 +201,25 @@ func checkNumber(lit string, rule NumberRule) error {
 		}
 	}
 	return nil
+}
+
+// pooledDecoder keeps a jsontext.Decoder (and its token buffers) across
+// calls to Check: one per request item would otherwise dominate the
+// allocations of a batch.
+type pooledDecoder struct {
+	dec        *jsontext.Decoder
+	buf, empty *bytes.Buffer
+}
+
+var decoders = sync.Pool{New: func() any {
+	empty := bytes.NewBuffer(nil)
+	return &pooledDecoder{dec: jsontext.NewDecoder(empty), empty: empty}
+}}
+
+// release drops the reference to the caller's bytes and returns pd to the pool.
+func (pd *pooledDecoder) release() {
+	pd.buf = nil
+	pd.empty.Reset()
+	pd.dec.Reset(pd.empty)
+	decoders.Put(pd)
 }
