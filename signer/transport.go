@@ -114,7 +114,9 @@ func NormalizeArguments(raw []byte) ([]byte, error) {
 		out = append(out, val...)
 	}
 	out = append(out, '}')
-	slices.SortFunc(members, func(a, b member) int { return cmp.Or(strings.Compare(a.snake, b.snake), strings.Compare(a.name, b.name)) })
+	slices.SortFunc(members, func(a, b member) int {
+		return cmp.Or(strings.Compare(a.snake, b.snake), strings.Compare(a.name, b.name))
+	})
 	for i := 1; i < len(members); i++ {
 		if members[i].snake == members[i-1].snake {
 			return nil, fmt.Errorf("%w: %q and %q both become %q", ErrArgumentKeyCollision, members[i-1].name, members[i].name, members[i].snake)
