@@ -1,7 +1,6 @@
 package signer
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -80,40 +79,45 @@ func NormalizeArguments(raw []byte) ([]byte, error) {
 	if err := strictjson.Check(raw, argumentLimits); err != nil {
 		return nil, err
 	}
-	dec := jsontext.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.ReadToken(); err != nil {
-		return nil, fmt.Errorf("signer: arguments: %w", err)
-	} else if tok.Kind() != '{' {
-		return nil, ErrArgumentsNotObject
-	}
 	// Rename the top-level members into a new object; RFC 8785 then sorts
 	// the new names and canonicalizes every value in one pass.
 	type member struct{ snake, name string }
 	var members []member
 	out := make([]byte, 0, len(raw)+16)
-	out = append(out, '{')
-	for dec.PeekKind() != '}' {
-		tok, err := dec.ReadToken()
-		if err != nil {
-			return nil, fmt.Errorf("signer: arguments: %w", err)
+	err := strictjson.WithDecoder(raw, func(dec *jsontext.Decoder) error {
+		if tok, err := dec.ReadToken(); err != nil {
+			return fmt.Errorf("signer: arguments: %w", err)
+		} else if tok.Kind() != '{' {
+			return ErrArgumentsNotObject
 		}
-		name := tok.String()
-		val, err := dec.ReadValue()
-		if err != nil {
-			return nil, fmt.Errorf("signer: arguments: %w", err)
+		out = append(out, '{')
+		for dec.PeekKind() != '}' {
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return fmt.Errorf("signer: arguments: %w", err)
+			}
+			name := tok.String()
+			val, err := dec.ReadValue()
+			if err != nil {
+				return fmt.Errorf("signer: arguments: %w", err)
+			}
+			snake := SnakeCase(name)
+			members = append(members, member{snake, name})
+			if len(out) > 1 {
+				out = append(out, ',')
+			}
+			if out, err = jsontext.AppendQuote(out, snake); err != nil {
+				return fmt.Errorf("signer: arguments: %w", err)
+			}
+			out = append(out, ':')
+			out = append(out, val...)
 		}
-		snake := SnakeCase(name)
-		members = append(members, member{snake, name})
-		if len(out) > 1 {
-			out = append(out, ',')
-		}
-		if out, err = jsontext.AppendQuote(out, snake); err != nil {
-			return nil, fmt.Errorf("signer: arguments: %w", err)
-		}
-		out = append(out, ':')
-		out = append(out, val...)
+		out = append(out, '}')
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	out = append(out, '}')
 	slices.SortFunc(members, func(a, b member) int {
 		return cmp.Or(strings.Compare(a.snake, b.snake), strings.Compare(a.name, b.name))
 	})

@@ -93,11 +93,21 @@ func Check(data []byte, lim Limits) error {
 	if maxDepth <= 0 {
 		maxDepth = defaultMaxDepth
 	}
+	return WithDecoder(data, func(dec *jsontext.Decoder) error { return check(dec, maxDepth, lim.Numbers) })
+}
+
+// WithDecoder runs fn with a pooled jsontext.Decoder reading data (parsed
+// in place, not copied). The decoder has jsontext's default strictness
+// (no duplicate names, valid UTF-8) and must not be kept after fn returns.
+func WithDecoder(data []byte, fn func(dec *jsontext.Decoder) error) error {
 	pd := decoders.Get().(*pooledDecoder)
 	defer pd.release()
-	pd.buf = bytes.NewBuffer(data) // parsed in place: a *bytes.Buffer is not copied
-	dec := pd.dec
-	dec.Reset(pd.buf)
+	pd.buf = bytes.NewBuffer(data) // a *bytes.Buffer is parsed in place
+	pd.dec.Reset(pd.buf)
+	return fn(pd.dec)
+}
+
+func check(dec *jsontext.Decoder, maxDepth int, numbers NumberRule) error {
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {
@@ -106,8 +116,8 @@ func Check(data []byte, lim Limits) error {
 		if dec.StackDepth() > maxDepth {
 			return &Error{CodeTooDeep, fmt.Sprintf("JSON nesting deeper than %d at %s", maxDepth, pointer(dec))}
 		}
-		if lim.Numbers != NumbersAny && tok.Kind() == '0' {
-			if err := checkNumber(tok.String(), lim.Numbers); err != nil {
+		if numbers != NumbersAny && tok.Kind() == '0' {
+			if err := checkNumber(tok.String(), numbers); err != nil {
 				return &Error{CodeNumberTooLarge, fmt.Sprintf("number at %s %s", pointer(dec), err)}
 			}
 		}
