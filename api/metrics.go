@@ -30,6 +30,7 @@ type metrics struct {
 	signRequestsC observerCache[prometheus.Counter]
 	signDurationC observerCache[prometheus.Observer]
 	backendCallC  observerCache[prometheus.Observer]
+	docRequestsC  observerCache[prometheus.Counter]
 }
 
 var latencyBuckets = []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1}
@@ -165,4 +166,12 @@ func (a *auditCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(auditDesc, prometheus.GaugeValue, float64(a.last))
 }
 
-func statusLabel(code int) string { return strconv.Itoa(code) }
+func statusLabel(code int) string {
+	switch code {
+	case http.StatusOK:
+		return "200"
+	case http.StatusNotModified:
+		return "304"
+	}
+	return strconv.Itoa(code)
+}

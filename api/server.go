@@ -519,7 +519,8 @@ func (s *Server) defaultJWKS(c echo.Context) error {
 // Cache-Control max-age and ETag revalidation.
 func (s *Server) serveDoc(c echo.Context, d jwksserve.Document) {
 	jwksserve.ServeMaxAge(c.Response(), c.Request(), d, int(s.cfg.Manager.JWKSMaxAge()/time.Second))
-	s.metrics.docRequests.WithLabelValues(docName(c.Path()), statusLabel(c.Response().Status)).Inc()
+	m := s.metrics
+	m.docRequestsC.get(m.docRequests.WithLabelValues, docName(c.Path()), statusLabel(c.Response().Status)).Inc()
 }
 
 // docName names a public document route for metrics.
