@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -159,18 +158,8 @@ func (o *serveOptions) validate() error {
 	return err
 }
 
-// defaultGCPercent is serve's garbage-collector target (see run).
-const defaultGCPercent = 400
-
 func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if os.Getenv("GOGC") == "" {
-		// The live heap is a few MiB (keyring, token table, pools); at the
-		// default 100 the collector runs every few hundred signatures.
-		// 400 trades ~15 MiB of peak heap for ~10 % of signing CPU
-		// (ADR 0011). GOGC in the environment overrides it.
-		debug.SetGCPercent(defaultGCPercent)
-	}
 	maxAge := o.jwksMaxAge
 	if maxAge == 0 {
 		maxAge = -1 // rotation.Config: negative means no caching
