@@ -98,14 +98,12 @@ func itemError(err error) *ItemError {
 // signing when the request arrived), results in item order. A failure of
 // the backend itself fails the whole batch with its status, since no later
 // item could succeed.
-func runBatch[R any, T any](s *Server, c echo.Context, one func(req R) (T, error)) error {
+func runBatch[R any, T jsonAppender](s *Server, c echo.Context, one func(req R) (T, error)) error {
 	items, err := s.decodeBatch(c)
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Results []BatchResult[T] `json:"results"`
-	}{Results: make([]BatchResult[T], len(items))}
+	out := batchResponse[T]{Results: make([]BatchResult[T], len(items))}
 	for i, raw := range items {
 		var req R
 		if err := strictjson.Decode(raw, &req, strictjson.Limits{}); err != nil {
@@ -123,7 +121,7 @@ func runBatch[R any, T any](s *Server, c echo.Context, one func(req R) (T, error
 		}
 		out.Results[i].Result = &res
 	}
-	return c.JSON(http.StatusOK, out)
+	return writeJSON(c, http.StatusOK, out)
 }
 
 func (s *Server) signBatch(c echo.Context) error {

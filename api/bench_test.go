@@ -27,7 +27,10 @@ import (
 // goroutines. Compare the signs/s metrics:
 //
 //	go test -run '^$' -bench HTTPSign -benchtime 3s ./api/
-func BenchmarkHTTPSign(b *testing.B) {
+//
+// benchHandler builds a server with one software key "bench" and returns
+// its handler and a token with sign:*.
+func benchHandler(b *testing.B) (http.Handler, string) {
 	ctx := context.Background()
 	cfg := store.Config{SQLitePath: filepath.Join(b.TempDir(), "k.db")}
 	if _, err := store.Migrate(ctx, cfg); err != nil {
@@ -37,7 +40,7 @@ func BenchmarkHTTPSign(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	b.Cleanup(func() { st.Close() })
 	soft, err := software.New(bytes.Repeat([]byte{7}, software.KEKSize))
 	if err != nil {
 		b.Fatal(err)
@@ -58,7 +61,12 @@ func BenchmarkHTTPSign(b *testing.B) {
 	if err := auth.Refresh(ctx); err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log}).Handler())
+	return api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log}).Handler(), secret
+}
+
+func BenchmarkHTTPSign(b *testing.B) {
+	h, secret := benchHandler(b)
+	srv := httptest.NewServer(h)
 	defer srv.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}
 
@@ -120,5 +128,79 @@ func BenchmarkHTTPSign(b *testing.B) {
 				rate(b, start)
 			})
 		}
+	}
+}
+
+// benchBodies are the request bodies of the benchmarks: typical tool-call
+// shapes (a VRP offer query).
+var benchBodies = func() map[string]string {
+	signItems, transportItems := make([]string, 100), make([]string, 100)
+	for i := range signItems {
+		signItems[i] = `{"payload":{"offer_id":"offer:villaakerlyckan.se:2026-09-02/05","i":` + strconv.Itoa(i) + `}}`
+		transportItems[i] = `{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02","checkOut":"2026-09-05","guests":` + strconv.Itoa(i%8+1) + `}}`
+	}
+	return map[string]string{
+		"sign":                `{"payload":{"offer_id":"offer:villaakerlyckan.se:2026-09-02/05"}}`,
+		"mcp-transport":       `{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02","checkOut":"2026-09-05","guests":2}}`,
+		"sign:batch":          `{"items":[` + strings.Join(signItems, ",") + `]}`,
+		"mcp-transport:batch": `{"items":[` + strings.Join(transportItems, ",") + `]}`,
+	}
+}()
+
+// BenchmarkHandler measures the server's own work per request — routing,
+// authentication, strict decoding, RFC 8785, JWS, response encoding —
+// by calling the handler in process, without sockets or an HTTP client;
+// "raw_ed25519" is the floor in the same run. Profile with
+//
+//	go test -run '^$' -bench Handler -cpuprofile cpu.out ./api/
+func BenchmarkHandler(b *testing.B) {
+	h, secret := benchHandler(b)
+	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize))
+	input := bytes.Repeat([]byte{'a'}, 300)
+	b.Run("raw_ed25519", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = ed25519.Sign(key, input)
+		}
+	})
+	for _, name := range []string{"sign", "mcp-transport", "sign:batch", "mcp-transport:batch"} {
+		body := benchBodies[name]
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodPost, "/v1/keys/bench/"+name, strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+secret)
+				req.Header.Set("Content-Type", "application/json")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					b.Fatalf("%s: %d %s", name, rec.Code, rec.Body)
+				}
+			}
+		})
+	}
+	for _, etag := range []bool{false, true} {
+		name := "jwks"
+		var inm string
+		if etag {
+			name = "jwks_304"
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/keys/bench/jwks.json", nil))
+			inm = rec.Header().Get("ETag")
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodGet, "/v1/keys/bench/jwks.json", nil)
+				if inm != "" {
+					req.Header.Set("If-None-Match", inm)
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK && rec.Code != http.StatusNotModified {
+					b.Fatalf("%d", rec.Code)
+				}
+			}
+		})
 	}
 }

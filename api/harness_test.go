@@ -194,6 +194,7 @@ type harnessOpts struct {
 	// MaxServedAtSkew: the vectors' served_at lies months in the past.
 	MaxServedAtSkew time.Duration
 	RateLimit       api.RateLimit
+	Pprof           bool
 }
 
 // syncBuffer is a goroutine-safe log sink.
@@ -251,7 +252,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if err := auth.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.MaxBodyBytes, MaxServedAtSkew: o.MaxServedAtSkew, RateLimit: o.RateLimit}).Handler()
+	h := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.MaxBodyBytes, MaxServedAtSkew: o.MaxServedAtSkew, RateLimit: o.RateLimit, Pprof: o.Pprof}).Handler()
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()

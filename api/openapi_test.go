@@ -294,7 +294,7 @@ func oaServerRoutes(t *testing.T, srv *api.Server) map[string]api.Surface {
 	out := map[string]api.Surface{}
 	iter := surfaces.MapRange()
 	for iter.Next() {
-		method, path, _ := strings.Cut(iter.Key().String(), " ")
+		method, path := iter.Key().FieldByName("method").String(), iter.Key().FieldByName("path").String()
 		out[method+" "+oaPath(path)] = api.Surface(iter.Value().Int())
 	}
 	// Every echo route, so that one added without Server.route shows too.

@@ -9,12 +9,13 @@ package api
 
 import (
 	"context"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"mime"
 	"net/http"
 	"strings"
@@ -84,7 +85,11 @@ type Config struct {
 	ClientPrincipals map[string]Principal
 	// RateLimit bounds requests per principal; zero value: unlimited.
 	RateLimit RateLimit
-	Now       func() time.Time
+	// Pprof serves the runtime profiles of net/http/pprof under
+	// /debug/pprof/ on the admin surface, for a token with admin:keys. Off
+	// by default: a CPU profile costs the signing path while it runs.
+	Pprof bool
+	Now   func() time.Time
 }
 
 // Server serves the API.
@@ -92,7 +97,7 @@ type Server struct {
 	cfg      Config
 	echo     *echo.Echo
 	limits   *limiters
-	surfaces map[string]Surface // "METHOD /route/:param" -> surface
+	surfaces map[routeKey]Surface
 	metrics  *metrics
 }
 
@@ -125,7 +130,7 @@ func New(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
-	s := &Server{cfg: cfg, echo: e, limits: newLimiters(cfg.RateLimit), surfaces: map[string]Surface{},
+	s := &Server{cfg: cfg, echo: e, limits: newLimiters(cfg.RateLimit), surfaces: map[routeKey]Surface{},
 		metrics: newMetrics(cfg.Manager, cfg.Store)}
 	// Every response carries X-Request-Id (the caller's, if it sent a sane
 	// one); error logs name it so an operator can match a client report.
@@ -176,6 +181,9 @@ func New(cfg Config) *Server {
 	// Prometheus scrapes without a token: metrics carry key names and
 	// counts, never secrets; they live with the admin surface.
 	s.route(SurfaceAdmin, http.MethodGet, "/metrics", echo.WrapHandler(s.metrics.handler()))
+	if cfg.Pprof {
+		s.route(SurfaceAdmin, http.MethodGet, "/debug/pprof/*", pprofHandler, s.requireScope(ScopeAdminKeys))
+	}
 	return s
 }
 
@@ -192,10 +200,13 @@ const (
 	SurfaceAll    = SurfacePublic | SurfaceSign | SurfaceAdmin
 )
 
+// routeKey is a registered route: method and echo path pattern.
+type routeKey struct{ method, path string }
+
 // route registers a handler and the surface it belongs to.
 func (s *Server) route(sf Surface, method, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
 	s.echo.Add(method, path, h, m...)
-	s.surfaces[method+" "+path] = sf
+	s.surfaces[routeKey{method, path}] = sf
 }
 
 type surfaceKey struct{}
@@ -217,17 +228,19 @@ func (s *Server) HandlerFor(allowed Surface) http.Handler {
 func (s *Server) surfaceGuard(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		allowed, _ := c.Request().Context().Value(surfaceKey{}).(Surface)
-		if sf, ok := s.surfaces[c.Request().Method+" "+c.Path()]; ok && sf&allowed == 0 {
+		if sf, ok := s.surfaces[routeKey{c.Request().Method, c.Path()}]; ok && sf&allowed == 0 {
 			return fail(http.StatusNotFound, CodeNotFound, "no route for %s %s", c.Request().Method, c.Request().URL.Path)
 		}
 		return next(c)
 	}
 }
 
-// randomID returns 16 random hex digits.
+// randomID returns 16 random hex digits: a request id, unique with
+// overwhelming probability, not a secret (math/rand/v2's per-thread
+// ChaCha8, no system call per request).
 func randomID() string {
 	var b [8]byte
-	_, _ = rand.Read(b[:])
+	binary.LittleEndian.PutUint64(b[:], mrand.Uint64())
 	return hex.EncodeToString(b[:])
 }
 
@@ -507,7 +520,8 @@ func (s *Server) defaultJWKS(c echo.Context) error {
 // Cache-Control max-age and ETag revalidation.
 func (s *Server) serveDoc(c echo.Context, d jwksserve.Document) {
 	jwksserve.ServeMaxAge(c.Response(), c.Request(), d, int(s.cfg.Manager.JWKSMaxAge()/time.Second))
-	s.metrics.docRequests.WithLabelValues(docName(c.Path()), statusLabel(c.Response().Status)).Inc()
+	m := s.metrics
+	m.docRequestsC.get(m.docRequests.WithLabelValues, docName(c.Path()), statusLabel(c.Response().Status)).Inc()
 }
 
 // docName names a public document route for metrics.
@@ -599,7 +613,8 @@ func (s *Server) observeBackend(key string, start time.Time) {
 	if e, ok := s.cfg.Manager.Keyring().Keys[key]; ok {
 		backend = e.Key.Backend
 	}
-	s.metrics.backendCall.WithLabelValues(backend, "sign").Observe(time.Since(start).Seconds())
+	m := s.metrics
+	m.backendCallC.get(m.backendCall.WithLabelValues, backend, "sign").Observe(time.Since(start).Seconds())
 }
 
 func (s *Server) sign(c echo.Context) error {
@@ -615,7 +630,7 @@ func (s *Server) sign(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, out)
+	return writeJSON(c, http.StatusOK, out)
 }
 
 // signOne signs one JSON object payload as its RFC 8785 bytes.
@@ -712,7 +727,7 @@ func (s *Server) mcpTransport(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, out)
+	return writeJSON(c, http.StatusOK, out)
 }
 
 // transportOne builds and signs one VRP MCP transport assertion.

@@ -92,6 +92,10 @@ func instant(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 type Document struct {
 	Body []byte
 	ETag string // quoted: "\"sha256-…\""
+
+	// Header values computed once with the document (NewDocument), so
+	// that serving it allocates nothing per request.
+	etagHeader, lengthHeader []string
 }
 
 // NewDocument marshals v (indented, trailing newline) and derives the ETag
@@ -103,7 +107,8 @@ func NewDocument(v any) (Document, error) {
 	}
 	body = append(body, '\n')
 	sum := sha256.Sum256(body)
-	return Document{Body: body, ETag: `"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`}, nil
+	etag := `"` + base64.RawURLEncoding.EncodeToString(sum[:16]) + `"`
+	return Document{Body: body, ETag: etag, etagHeader: []string{etag}, lengthHeader: []string{strconv.Itoa(len(body))}}, nil
 }
 
 // JWKS is the published key set.
@@ -141,23 +146,54 @@ func Serve(w http.ResponseWriter, r *http.Request, d Document) { ServeMaxAge(w, 
 func ServeMaxAge(w http.ResponseWriter, r *http.Request, d Document, maxAge int) {
 	maxAge = min(max(maxAge, 0), MaxAge)
 	h := w.Header()
-	h.Set("Cache-Control", "public, max-age="+strconv.Itoa(maxAge))
-	h.Set("ETag", d.ETag)
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	if inm := strings.Join(r.Header.Values("If-None-Match"), ","); inm != "" && etagMatch(inm, d.ETag) {
-		w.WriteHeader(http.StatusNotModified)
-		return
+	// Direct assignment of canonical keys with shared, never-mutated
+	// value slices: no per-request allocation.
+	h["Cache-Control"] = cacheControl(maxAge)
+	h["Etag"] = orNew(d.etagHeader, d.ETag)
+	h["Content-Type"] = contentTypeJSON
+	h["X-Content-Type-Options"] = nosniff
+	for _, inm := range r.Header["If-None-Match"] {
+		if etagMatch(inm, d.ETag) {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
 	}
-	h.Set("Content-Length", strconv.Itoa(len(d.Body)))
+	h["Content-Length"] = orNew(d.lengthHeader, strconv.Itoa(len(d.Body)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(d.Body)
 	}
 }
 
+var (
+	contentTypeJSON = []string{"application/json"}
+	nosniff         = []string{"nosniff"}
+	cacheControls   [MaxAge + 1][]string // by max-age in seconds
+)
+
+func init() {
+	for i := range cacheControls {
+		cacheControls[i] = []string{"public, max-age=" + strconv.Itoa(i)}
+	}
+}
+
+func cacheControl(maxAge int) []string { return cacheControls[maxAge] }
+
+// orNew returns the precomputed header value, or a new one for a Document
+// built without NewDocument.
+func orNew(pre []string, v string) []string {
+	if pre != nil {
+		return pre
+	}
+	return []string{v}
+}
+
+// etagMatch applies If-None-Match (RFC 9110 §13.1.2): "*", or any listed
+// entity tag equal to etag under weak comparison.
 func etagMatch(header, etag string) bool {
-	for _, part := range strings.Split(header, ",") {
+	for header != "" {
+		var part string
+		part, header, _ = strings.Cut(header, ",")
 		p := strings.TrimSpace(part)
 		if p == "*" || strings.TrimPrefix(p, "W/") == etag {
 			return true

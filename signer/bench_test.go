@@ -4,6 +4,8 @@ import (
 	"crypto/ed25519"
 	"testing"
 	"time"
+
+	"github.com/gowebpki/jcs"
 )
 
 var benchPayload = []byte(`{"arguments_sha256":"2e5b4dc2f91bec3a762993c25676b05d083bd2fabfcb52a403a651dcec7ca050","issuer":"villaakerlyckan.se","offer_ref":"offer:villaakerlyckan.se:2026-09-02/05","served_at":"2026-06-24T11:40:00Z","session_id":"mcp-sess-abc","tool":"get_verified_stay_offer","type":"vrp.mcp.transport.1","vrp_mcp_profile_version":"1.0"}`)
@@ -57,4 +59,61 @@ func BenchmarkSign(b *testing.B) {
 		}
 		report(b, start)
 	})
+}
+
+// benchArguments are typical tools/call arguments: a VRP offer query, the
+// same in snake_case (no renaming needed), and a larger nested one.
+var benchArguments = []struct{ name, json string }{
+	{"offer_query_camel", `{"checkIn":"2026-09-02","checkOut":"2026-09-05","guests":2}`},
+	{"offer_query_snake", `{"check_in":"2026-09-02","check_out":"2026-09-05","guests":2}`},
+	{"search_nested_1k", `{"destination":{"country":"SE","region":"Västra Götaland","near":{"lat":57.7089,"lon":11.9746,"radiusKm":25}},` +
+		`"dates":{"checkIn":"2026-09-02","checkOut":"2026-09-05","flexibleDays":2},"party":{"adults":2,"children":[7,11],"pets":false},` +
+		`"amenities":["sauna","lake_view","wifi","parking","ev_charger","fireplace","dishwasher","boat"],"priceMax":{"amount":2450.5,"currency":"SEK"},` +
+		`"sort":"price_asc","page":{"size":20,"cursor":"eyJvZmZzZXQiOjQwLCJzZWVkIjoiYjY4ZjAxIn0"},"locale":"sv-SE","sessionHints":{"returning":true,"device":"mobile"}}`},
+}
+
+// BenchmarkArgumentsSHA256 measures arguments_sha256 of typical tool-call
+// arguments: strict I-JSON check, snake_case renaming, RFC 8785, SHA-256.
+//
+//	go test -run '^$' -bench ArgumentsSHA256 ./signer/
+func BenchmarkArgumentsSHA256(b *testing.B) {
+	for _, a := range benchArguments {
+		raw := []byte(a.json)
+		b.Run(a.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if _, _, err := ArgumentsSHA256(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCanonicalize compares keysvc's RFC 8785 (strict check plus
+// jsontext's formatter) with github.com/gowebpki/jcs, which keysvc used
+// before (ADR 0010), on the same inputs.
+func BenchmarkCanonicalize(b *testing.B) {
+	for _, a := range benchArguments {
+		raw := []byte(a.json)
+		b.Run("keysvc/"+a.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if _, err := Canonicalize(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("gowebpki_jcs/"+a.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if _, err := jcs.Transform(raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -13,7 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
-	"github.com/gowebpki/jcs"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/keysvc/keysvc/internal/strictjson"
 )
@@ -32,8 +32,11 @@ var argumentLimits = strictjson.Limits{MaxDepth: 32, Numbers: strictjson.Numbers
 // Canonicalize returns the RFC 8785 (JCS) form of one JSON value. It first
 // applies the strict checks of package strictjson (duplicate names, invalid
 // UTF-8, lone surrogates, integer literals a double cannot hold, trailing
-// data are errors of type *strictjson.Error), then serializes with
-// github.com/gowebpki/jcs.
+// data are errors of type *strictjson.Error), then serializes with the
+// RFC 8785 formatter of encoding/json/v2 (jsontext.Value.Canonicalize, from
+// github.com/go-json-experiment/json); ADR 0010 records why, and a
+// differential fuzz test holds it to github.com/gowebpki/jcs byte for byte.
+// raw is not modified; the result is a new slice.
 func Canonicalize(raw []byte) ([]byte, error) {
 	return canonicalize(raw, canonLimits)
 }
@@ -42,11 +45,18 @@ func canonicalize(raw []byte, lim strictjson.Limits) ([]byte, error) {
 	if err := strictjson.Check(raw, lim); err != nil {
 		return nil, err
 	}
-	out, err := jcs.Transform(raw)
-	if err != nil {
+	return jcsFormat(append(make([]byte, 0, len(raw)), raw...))
+}
+
+// jcsFormat canonicalizes checked JSON in place (RFC 8785 §3.2: members
+// sorted by UTF-16 code units, minimal string escapes, numbers as ES6
+// doubles, no whitespace).
+func jcsFormat(b []byte) ([]byte, error) {
+	v := jsontext.Value(b)
+	if err := v.Canonicalize(); err != nil {
 		return nil, fmt.Errorf("signer: RFC 8785 canonicalization: %w", err)
 	}
-	return out, nil
+	return v, nil
 }
 
 // SHA256Hex returns the lowercase hex SHA-256 of b (64 characters).

@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/gowebpki/jcs"
 )
 
 // FuzzCanonicalize: RFC 8785 output is valid JSON, a fixed point of
-// Canonicalize, and means the same as the input; refusals never panic.
+// Canonicalize, means the same as the input, and is byte for byte what a
+// second, independent RFC 8785 implementation (github.com/gowebpki/jcs)
+// produces; refusals never panic.
 func FuzzCanonicalize(f *testing.F) {
 	for _, s := range []string{
 		`{"b":2,"a":1}`, `[1E30,4.50,2e-3,0.000000000000000000000000001]`, `"\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/"`,
@@ -23,6 +27,9 @@ func FuzzCanonicalize(f *testing.F) {
 		}
 		if !json.Valid(out) {
 			t.Fatalf("canonical form is not JSON: %q", out)
+		}
+		if other, err := jcs.Transform(in); err != nil || !bytes.Equal(other, out) {
+			t.Fatalf("RFC 8785 implementations disagree on %q:\n jsontext: %q\n jcs:      %q (%v)", in, out, other, err)
 		}
 		again, err := Canonicalize(out)
 		if err != nil || !bytes.Equal(again, out) {
@@ -54,5 +61,33 @@ func FuzzArgumentsSHA256(f *testing.F) {
 		if err != nil || d1 != d2 {
 			t.Fatalf("normalized arguments are not a fixed point: %q (%v)", canon, err)
 		}
+		if other, err := jcs.Transform(canon); err != nil || !bytes.Equal(other, canon) {
+			t.Fatalf("normalized arguments are not RFC 8785 to github.com/gowebpki/jcs: %q -> %q (%v)", canon, other, err)
+		}
 	})
+}
+
+// TestCanonicalizeAgreesWithJCS pins the places where RFC 8785
+// implementations are known to differ — UTF-16 member order, string
+// escapes, U+2028/U+2029, number formatting at the ES6 thresholds — to
+// github.com/gowebpki/jcs's bytes and to the expected literal.
+func TestCanonicalizeAgreesWithJCS(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"\ue000":1,"\ud83d\ude00":2,"a":3,"\u00e9":4}`, "{\"a\":3,\"é\":4,\"😀\":2,\"\ue000\":1}"},
+		{`"\u2028\u2029\u007f\u001f\b\f\n\r\t/<>&"`, "\"\u2028\u2029\u007f\\u001f\\b\\f\\n\\r\\t/<>&\""},
+		{`[1e21,1e20,123456789012345680000,0.000001,1e-7,5e-324,-0,1.0,100E-2,333333333.33333329]`, `[1e+21,100000000000000000000,123456789012345680000,0.000001,1e-7,5e-324,0,1,1,333333333.3333333]`},
+		{`{ "b" : [ true , false , null ] , "a" : { } }`, `{"a":{},"b":[true,false,null]}`},
+	} {
+		got, err := Canonicalize([]byte(c.in))
+		if err != nil {
+			t.Fatalf("%s: %v", c.in, err)
+		}
+		other, err := jcs.Transform([]byte(c.in))
+		if err != nil {
+			t.Fatalf("jcs %s: %v", c.in, err)
+		}
+		if string(got) != c.want || !bytes.Equal(got, other) {
+			t.Errorf("%s:\n got  %s\n want %s\n jcs  %s", c.in, got, c.want, other)
+		}
+	}
 }

@@ -1,14 +1,19 @@
 package signer
 
 import (
-	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/keysvc/keysvc/internal/strictjson"
 )
 
 // VRP MCP composition profile 1.0 constants.
@@ -71,45 +76,57 @@ func SnakeCase(s string) string {
 // ErrArgumentsNotObject, or ErrArgumentKeyCollision (wrapped, naming the
 // colliding keys).
 func NormalizeArguments(raw []byte) ([]byte, error) {
-	canon, err := canonicalize(raw, argumentLimits)
+	if err := strictjson.Check(raw, argumentLimits); err != nil {
+		return nil, err
+	}
+	// Rename the top-level members into a new object; RFC 8785 then sorts
+	// the new names and canonicalizes every value in one pass.
+	type member struct{ snake, name string }
+	var members []member
+	out := make([]byte, 0, len(raw)+16)
+	err := strictjson.WithDecoder(raw, func(dec *jsontext.Decoder) error {
+		if tok, err := dec.ReadToken(); err != nil {
+			return fmt.Errorf("signer: arguments: %w", err)
+		} else if tok.Kind() != '{' {
+			return ErrArgumentsNotObject
+		}
+		out = append(out, '{')
+		for dec.PeekKind() != '}' {
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return fmt.Errorf("signer: arguments: %w", err)
+			}
+			name := tok.String()
+			val, err := dec.ReadValue()
+			if err != nil {
+				return fmt.Errorf("signer: arguments: %w", err)
+			}
+			snake := SnakeCase(name)
+			members = append(members, member{snake, name})
+			if len(out) > 1 {
+				out = append(out, ',')
+			}
+			if out, err = jsontext.AppendQuote(out, snake); err != nil {
+				return fmt.Errorf("signer: arguments: %w", err)
+			}
+			out = append(out, ':')
+			out = append(out, val...)
+		}
+		out = append(out, '}')
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if len(canon) == 0 || canon[0] != '{' {
-		return nil, ErrArgumentsNotObject
-	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(canon, &members); err != nil {
-		return nil, fmt.Errorf("signer: arguments: %w", err)
-	}
-	renamed := make(map[string]json.RawMessage, len(members))
-	from := make(map[string]string, len(members))
-	changed := false
-	for k, v := range members {
-		nk := SnakeCase(k)
-		if prev, dup := from[nk]; dup {
-			a, b := prev, k
-			if a > b {
-				a, b = b, a
-			}
-			return nil, fmt.Errorf("%w: %q and %q both become %q", ErrArgumentKeyCollision, a, b, nk)
+	slices.SortFunc(members, func(a, b member) int {
+		return cmp.Or(strings.Compare(a.snake, b.snake), strings.Compare(a.name, b.name))
+	})
+	for i := 1; i < len(members); i++ {
+		if members[i].snake == members[i-1].snake {
+			return nil, fmt.Errorf("%w: %q and %q both become %q", ErrArgumentKeyCollision, members[i-1].name, members[i].name, members[i].snake)
 		}
-		from[nk] = k
-		renamed[nk] = v
-		changed = changed || nk != k
 	}
-	if !changed {
-		return canon, nil
-	}
-	// Re-serialize the renamed object; members are already canonical, so
-	// only the member order needs RFC 8785 treatment again.
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(renamed); err != nil {
-		return nil, fmt.Errorf("signer: arguments: %w", err)
-	}
-	return canonicalize(bytes.TrimSpace(buf.Bytes()), argumentLimits)
+	return jcsFormat(out)
 }
 
 // ArgumentsSHA256 returns arguments_sha256 for a tool call: the hex SHA-256
@@ -155,14 +172,14 @@ func FormatInstant(t time.Time) string { return t.UTC().Format(time.RFC3339Nano)
 // Errors: empty tool or issuer, a zero ServedAt, invalid strings (not UTF-8,
 // control characters), and every error of ArgumentsSHA256.
 func BuildTransportAssertion(c TransportCall) (TransportAssertion, []byte, error) {
-	for name, v := range map[string]string{"tool": c.Tool, "issuer": c.Issuer} {
-		if v == "" {
-			return TransportAssertion{}, nil, fmt.Errorf("signer: %s is required", name)
+	for _, m := range [...]struct{ name, v string }{{"tool", c.Tool}, {"issuer", c.Issuer}} {
+		if m.v == "" {
+			return TransportAssertion{}, nil, fmt.Errorf("signer: %s is required", m.name)
 		}
 	}
-	for name, v := range map[string]string{"tool": c.Tool, "issuer": c.Issuer, "offer_ref": c.OfferRef, "session_id": c.SessionID} {
-		if !printable(v) {
-			return TransportAssertion{}, nil, fmt.Errorf("signer: %s must be printable UTF-8 without control characters", name)
+	for _, m := range [...]struct{ name, v string }{{"tool", c.Tool}, {"issuer", c.Issuer}, {"offer_ref", c.OfferRef}, {"session_id", c.SessionID}} {
+		if !printable(m.v) {
+			return TransportAssertion{}, nil, fmt.Errorf("signer: %s must be printable UTF-8 without control characters", m.name)
 		}
 	}
 	if c.ServedAt.IsZero() {
@@ -186,15 +203,34 @@ func BuildTransportAssertion(c TransportCall) (TransportAssertion, []byte, error
 	return a, canon, err
 }
 
-// Canonical returns the RFC 8785 bytes of the assertion.
+// Canonical returns the RFC 8785 bytes of the assertion: its members are
+// strings, written once with JSON string escapes and put in RFC 8785 order
+// by the same formatter as every other canonical form. Errors: a member
+// that is not valid UTF-8.
 func (a TransportAssertion) Canonical() ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(a); err != nil {
-		return nil, fmt.Errorf("signer: assertion: %w", err)
+	b := make([]byte, 0, 320)
+	b = append(b, '{')
+	for i, m := range [...]struct{ name, value string }{
+		{"arguments_sha256", a.ArgumentsSHA256}, {"issuer", a.Issuer}, {"offer_ref", a.OfferRef},
+		{"served_at", a.ServedAt}, {"session_id", a.SessionID}, {"tool", a.Tool},
+		{"type", a.Type}, {"vrp_mcp_profile_version", a.ProfileVersion},
+	} {
+		if m.value == "" && (m.name == "offer_ref" || m.name == "session_id") {
+			continue // optional members are omitted, never null or ""
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, m.name...)
+		b = append(b, '"', ':')
+		var err error
+		if b, err = jsontext.AppendQuote(b, m.value); err != nil {
+			return nil, fmt.Errorf("signer: assertion member %s: %w", m.name, err)
+		}
 	}
-	return Canonicalize(bytes.TrimSpace(buf.Bytes()))
+	b = append(b, '}')
+	return jcsFormat(b)
 }
 
 func printable(s string) bool {

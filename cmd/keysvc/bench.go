@@ -1,23 +1,28 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"runtime"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/valyala/fasthttp"
 )
 
 func init() { extraCommands = append(extraCommands, newBenchCmd) }
@@ -28,39 +33,98 @@ type benchResult struct {
 	Concurrency    int     `json:"concurrency"`
 	Requests       int64   `json:"requests"`
 	Errors         int64   `json:"errors"`
+	FirstError     string  `json:"first_error,omitempty"`
 	RequestsPerS   float64 `json:"requests_per_second"`
 	SignaturesPerS float64 `json:"signatures_per_second"`
 	P50ms          float64 `json:"p50_ms"`
 	P99ms          float64 `json:"p99_ms"`
 	P999ms         float64 `json:"p999_ms"`
+	// RawEd25519PerS is raw ed25519.Sign on GOMAXPROCS goroutines,
+	// measured right before this scenario's levels; RatioToRaw is
+	// SignaturesPerS over it (signing scenarios only).
+	RawEd25519PerS float64 `json:"raw_ed25519_per_second"`
 	RatioToRaw     float64 `json:"ratio_to_raw_ed25519"`
+	// RatioToFloor is RequestsPerS / the same client's rate against a
+	// trivial net/http handler in this process (the machine's HTTP floor).
+	RatioToFloor float64 `json:"ratio_to_http_floor"`
+	// ServerCPUPerRequestUS is the server's process CPU time (user+system,
+	// from process_cpu_seconds_total on /metrics) over the measured window,
+	// per request, in microseconds; 0 when /metrics was not reachable.
+	ServerCPUPerRequestUS float64 `json:"server_cpu_us_per_request"`
+	// ClientCPUPerRequestUS is this process's CPU time (the load client's,
+	// getrusage) over the measured window, per request, in microseconds.
+	ClientCPUPerRequestUS float64 `json:"client_cpu_us_per_request"`
+}
+
+// benchReport is the whole run, as printed by --json.
+type benchReport struct {
+	GOMAXPROCS int `json:"gomaxprocs"`
+	// RawEd25519PerS is the best of the per-scenario raw measurements.
+	RawEd25519PerS    float64       `json:"raw_ed25519_per_second"`
+	HTTPFloorPerS     float64       `json:"http_floor_requests_per_second"`
+	HTTPFloorConc     int           `json:"http_floor_concurrency"`
+	// HTTPFloorCPUUS is client plus server CPU per request of the floor
+	// (both run in this process), in microseconds.
+	HTTPFloorCPUUS float64 `json:"http_floor_cpu_us_per_request"`
+	ServerIdleRSSMiB  float64       `json:"server_rss_mib_before"`
+	ServerAfterRSSMiB float64       `json:"server_rss_mib_after"`
+	Results           []benchResult `json:"results"`
+	Soak              *soakReport   `json:"soak,omitempty"`
+}
+
+// soakReport samples the server's resident set during --soak.
+type soakReport struct {
+	Duration string    `json:"duration"`
+	Requests int64     `json:"requests"`
+	Errors   int64     `json:"errors"`
+	RSSMiB   []float64 `json:"rss_mib_every_10s"`
 }
 
 type benchScenario struct {
-	name, method, path, body string
-	header                   map[string]string
-	sigsPerRequest           int
+	name, method, url, body string
+	header                  map[string]string
+	sigsPerRequest          int
 }
 
 func newBenchCmd() *cobra.Command {
-	var sign, key string
-	var duration, warmup time.Duration
+	var sign, metricsURL, key string
+	var duration, warmup, soak time.Duration
 	var levels []int
+	var only []string
 	var asJSON bool
 	cf := &clientFlags{}
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load-test a running keysvc on loopback and compare with raw ed25519.Sign on this machine",
-		Long: `Drives a running keysvc over HTTP with keep-alive at fixed concurrency levels,
-each for a fixed duration after a warm-up: single signs, VRP MCP transport
-assertions, batches of 100, and JWKS fetches with and without If-None-Match.
-In the same run it measures raw ed25519.Sign on GOMAXPROCS goroutines over a
-signing input of the same size and prints every rate as a ratio to it.
-Only loopback addresses are accepted.`,
+		Long: `Drives a running keysvc over HTTP/1.1 with keep-alive at fixed concurrency
+levels, each for a fixed duration after a warm-up: single signs, VRP MCP
+transport assertions, batches of 100 of each, and JWKS fetches with and
+without If-None-Match. In the same run it measures
+
+  - raw ed25519.Sign on GOMAXPROCS goroutines over a signing input of the
+    size of a typical assertion; every signature rate is printed as a ratio
+    to it;
+  - the HTTP floor: the same client against a trivial net/http handler in
+    this process, so that every request rate can be read against what this
+    machine's loopback and net/http allow at all;
+  - the server's CPU time per request (process_cpu_seconds_total from
+    /metrics, before and after each measured window) and its resident set.
+
+--soak D then keeps a mixed load running for D and samples the server's
+resident set every 10 s (growth check).
+
+The server should run with --rate-limit 0, or the per-token limit shows up
+as errors. Only loopback addresses are accepted; every phase is bounded in
+time.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			server := cf.server
-			for _, u := range []string{server, sign} {
+			if sign == "" {
+				sign = cf.server
+			}
+			if metricsURL == "" {
+				metricsURL = cf.server
+			}
+			for _, u := range []string{cf.server, sign, metricsURL} {
 				if err := loopbackOnly(u); err != nil {
 					return err
 				}
@@ -69,59 +133,79 @@ Only loopback addresses are accepted.`,
 			if err != nil {
 				return err
 			}
-			if sign == "" {
-				sign = server
-			}
-			items := make([]string, 100)
-			for i := range items {
-				items[i] = `{"payload":{"offer_id":"offer:villaakerlyckan.se:2026-09-02/05","i":` + strconv.Itoa(i) + `}}`
-			}
-			jwksURL := server + "/v1/keys/" + url.PathEscape(key) + "/jwks.json"
-			etag, err := fetchETag(jwksURL)
+			scenarios, err := benchScenarios(cf.server, sign, key, tok)
 			if err != nil {
 				return err
 			}
-			auth := map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json"}
-			scenarios := []benchScenario{
-				{"sign", "POST", sign + "/v1/keys/" + key + "/sign", `{"payload":{"offer_id":"offer:villaakerlyckan.se:2026-09-02/05"}}`, auth, 1},
-				{"mcp-transport", "POST", sign + "/v1/keys/" + key + "/mcp-transport", `{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02","checkOut":"2026-09-05","guests":2}}`, auth, 1},
-				{"sign:batch(100)", "POST", sign + "/v1/keys/" + key + "/sign:batch", `{"items":[` + strings.Join(items, ",") + `]}`, auth, 100},
-				{"jwks", "GET", jwksURL, "", nil, 0},
-				{"jwks(304)", "GET", jwksURL, "", map[string]string{"If-None-Match": etag}, 0},
+			if len(only) > 0 {
+				scenarios = slices.DeleteFunc(scenarios, func(s benchScenario) bool { return !slices.Contains(only, s.name) })
+				if len(scenarios) == 0 {
+					return fmt.Errorf("--scenarios %v matches none of sign, mcp-transport, sign:batch(100), mcp-transport:batch(100), jwks, jwks(304)", only)
+				}
 			}
-			raw := rawEd25519Rate(duration)
-			var results []benchResult
+			ctx := cmd.Context()
+			metrics := metricsURL + "/metrics"
+			rep := benchReport{GOMAXPROCS: runtime.GOMAXPROCS(0)}
+			if m, err := scrapeProcess(metrics); err == nil {
+				rep.ServerIdleRSSMiB = m.rssMiB
+			}
+			floorRes, err := httpFloor(ctx, levels, warmup, duration)
+			if err != nil {
+				return err
+			}
+			floor := floorRes.RequestsPerS
+			rep.HTTPFloorPerS, rep.HTTPFloorConc, rep.HTTPFloorCPUUS = floor, floorRes.Concurrency, floorRes.ClientCPUPerRequestUS
 			for _, sc := range scenarios {
+				// Raw Ed25519 again next to each scenario: on a shared
+				// machine the speed drifts within a run.
+				raw := rawEd25519Rate(max(duration/2, 200*time.Millisecond))
+				rep.RawEd25519PerS = max(rep.RawEd25519PerS, raw)
 				for _, c := range levels {
-					r := runScenario(cmd.Context(), sc, c, warmup, duration)
+					var before processSample
+					var cpuErr error
+					r := runScenario(ctx, sc, c, warmup, duration, func() {
+						before, cpuErr = scrapeProcess(metrics)
+					})
+					if after, err := scrapeProcess(metrics); err == nil && cpuErr == nil && r.Requests > 0 {
+						r.ServerCPUPerRequestUS = (after.cpuSeconds - before.cpuSeconds) * 1e6 / float64(r.Requests)
+					}
+					r.RawEd25519PerS = raw
 					if sc.sigsPerRequest > 0 {
 						r.RatioToRaw = r.SignaturesPerS / raw
 					}
-					results = append(results, r)
+					r.RatioToFloor = r.RequestsPerS / floor
+					rep.Results = append(rep.Results, r)
 				}
 			}
+			if soak > 0 {
+				rep.Soak = runSoak(ctx, scenarios, metrics, soak)
+			}
+			if m, err := scrapeProcess(metrics); err == nil {
+				rep.ServerAfterRSSMiB = m.rssMiB
+			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"gomaxprocs": runtime.GOMAXPROCS(0), "raw_ed25519_per_second": raw, "results": results})
+				return printJSON(cmd.OutOrStdout(), rep)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintf(tw, "raw ed25519.Sign on %d goroutines:\t%.0f/s\t\n", runtime.GOMAXPROCS(0), raw)
-			fmt.Fprintln(tw, "scenario\tconc\treq/s\tsigs/s\tratio\tp50 ms\tp99 ms\tp99.9 ms\terrors\t")
-			for _, r := range results {
-				fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\t%d\t\n", r.Scenario, r.Concurrency, r.RequestsPerS, r.SignaturesPerS, r.RatioToRaw, r.P50ms, r.P99ms, r.P999ms, r.Errors)
-			}
-			return tw.Flush()
+			printBench(cmd.OutOrStdout(), rep)
+			return nil
 		},
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&sign, "sign-server", "", "signing listener base URL when separate from --server")
+	cmd.Flags().StringVar(&metricsURL, "metrics-server", "", "listener that serves /metrics (the admin listener) when separate from --server; for server CPU and RSS")
 	cmd.Flags().StringVar(&key, "key", "dev", "key to sign with")
 	cmd.Flags().DurationVar(&duration, "duration", 5*time.Second, "measured time per scenario and concurrency (at most 60s)")
-	cmd.Flags().DurationVar(&warmup, "warmup", time.Second, "warm-up before each measurement")
-	cmd.Flags().IntSliceVar(&levels, "concurrency", []int{1, 4, 16, 64}, "concurrency levels")
+	cmd.Flags().DurationVar(&warmup, "warmup", time.Second, "warm-up before each measurement (at most 10s)")
+	cmd.Flags().DurationVar(&soak, "soak", 0, "after the table, keep a mixed load running this long (at most 30m) and sample the server's RSS every 10s")
+	cmd.Flags().IntSliceVar(&levels, "concurrency", []int{1, 4, 16, 64}, "concurrency levels (connections = goroutines), 1..256")
+	cmd.Flags().StringSliceVar(&only, "scenarios", nil, "run only these scenarios (default: all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
-		if duration <= 0 || duration > time.Minute || warmup < 0 || warmup > 10*time.Second {
-			return fmt.Errorf("--duration must be in (0, 60s] and --warmup in [0, 10s]")
+		if duration <= 0 || duration > time.Minute || warmup < 0 || warmup > 10*time.Second || soak < 0 || soak > 30*time.Minute {
+			return fmt.Errorf("--duration must be in (0, 60s], --warmup in [0, 10s] and --soak in [0, 30m]")
+		}
+		if len(levels) == 0 {
+			return fmt.Errorf("--concurrency needs at least one level")
 		}
 		for _, c := range levels {
 			if c < 1 || c > 256 {
@@ -131,6 +215,53 @@ Only loopback addresses are accepted.`,
 		return nil
 	}
 	return cmd
+}
+
+// benchScenarios builds the request of every scenario; the JWKS ETag is
+// fetched once for the If-None-Match case.
+func benchScenarios(server, sign, key, tok string) ([]benchScenario, error) {
+	jwksURL := server + "/v1/keys/" + url.PathEscape(key) + "/jwks.json"
+	etag, err := fetchETag(jwksURL)
+	if err != nil {
+		return nil, err
+	}
+	signItems, transportItems := make([]string, 100), make([]string, 100)
+	for i := range signItems {
+		signItems[i] = `{"payload":{"offer_id":"offer:villaakerlyckan.se:2026-09-02/05","i":` + strconv.Itoa(i) + `}}`
+		transportItems[i] = `{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02","checkOut":"2026-09-05","guests":` + strconv.Itoa(i%8+1) + `}}`
+	}
+	auth := map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json"}
+	base := sign + "/v1/keys/" + url.PathEscape(key)
+	return []benchScenario{
+		{"sign", "POST", base + "/sign", `{"payload":{"offer_id":"offer:villaakerlyckan.se:2026-09-02/05"}}`, auth, 1},
+		{"mcp-transport", "POST", base + "/mcp-transport", `{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02","checkOut":"2026-09-05","guests":2}}`, auth, 1},
+		{"sign:batch(100)", "POST", base + "/sign:batch", `{"items":[` + strings.Join(signItems, ",") + `]}`, auth, 100},
+		{"mcp-transport:batch(100)", "POST", base + "/mcp-transport:batch", `{"items":[` + strings.Join(transportItems, ",") + `]}`, auth, 100},
+		{"jwks", "GET", jwksURL, "", nil, 0},
+		{"jwks(304)", "GET", jwksURL, "", map[string]string{"If-None-Match": etag}, 0},
+	}, nil
+}
+
+func printBench(w io.Writer, rep benchReport) {
+	fmt.Fprintf(w, "GOMAXPROCS %d; raw ed25519.Sign measured before each scenario, best %.0f/s\n", rep.GOMAXPROCS, rep.RawEd25519PerS)
+	fmt.Fprintf(w, "HTTP floor (trivial net/http handler, same client, %d conns): %.0f req/s, %.1f µs CPU per request (client+server)\n",
+		rep.HTTPFloorConc, rep.HTTPFloorPerS, rep.HTTPFloorCPUUS)
+	fmt.Fprintf(w, "server RSS before / after: %.1f / %.1f MiB\n", rep.ServerIdleRSSMiB, rep.ServerAfterRSSMiB)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tconc\treq/s\tsigs/s\traw/s\t/raw\t/floor\tp50 ms\tp99 ms\tp99.9 ms\tsrv µs/req\tclient µs/req\terrors\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%d\t\n", r.Scenario, r.Concurrency, r.RequestsPerS,
+			r.SignaturesPerS, r.RawEd25519PerS, r.RatioToRaw, r.RatioToFloor, r.P50ms, r.P99ms, r.P999ms, r.ServerCPUPerRequestUS, r.ClientCPUPerRequestUS, r.Errors)
+	}
+	_ = tw.Flush()
+	for _, r := range rep.Results {
+		if r.FirstError != "" {
+			fmt.Fprintf(w, "%s at %d: first error: %s\n", r.Scenario, r.Concurrency, r.FirstError)
+		}
+	}
+	if s := rep.Soak; s != nil {
+		fmt.Fprintf(w, "soak %s: %d requests, %d errors; server RSS every 10s (MiB): %v\n", s.Duration, s.Requests, s.Errors, s.RSSMiB)
+	}
 }
 
 // loopbackOnly refuses any target that is not a loopback address: load
@@ -166,78 +297,163 @@ func fetchETag(u string) (string, error) {
 	return resp.Header.Get("ETag"), nil
 }
 
-// rawEd25519Rate measures ed25519.Sign per second on GOMAXPROCS goroutines
-// over a 300-byte signing input (a typical transport assertion's).
+// processSample is what /metrics says of the server process.
+type processSample struct{ cpuSeconds, rssMiB float64 }
+
+// scrapeProcess reads process_cpu_seconds_total and
+// process_resident_memory_bytes (the Prometheus process collector, from
+// /proc/self/stat) from a /metrics URL.
+func scrapeProcess(u string) (processSample, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(u)
+	if err != nil {
+		return processSample{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return processSample{}, fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	var s processSample
+	var found int
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "process_cpu_seconds_total":
+			s.cpuSeconds, err = strconv.ParseFloat(val, 64)
+			found++
+		case "process_resident_memory_bytes":
+			var b float64
+			b, err = strconv.ParseFloat(val, 64)
+			s.rssMiB = b / (1 << 20)
+			found++
+		}
+		if err != nil {
+			return processSample{}, err
+		}
+	}
+	if found != 2 {
+		return processSample{}, errors.New("no process metrics at " + u)
+	}
+	return s, sc.Err()
+}
+
+// benchInput is the signing input of the raw baseline: the size of a
+// typical transport assertion's (header.payload in base64url).
+var benchInput = bytes.Repeat([]byte{'a'}, 300)
+
+// rawEd25519Rate measures ed25519.Sign per second on GOMAXPROCS goroutines.
 func rawEd25519Rate(d time.Duration) float64 {
 	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize))
-	msg := bytes.Repeat([]byte{'a'}, 300)
 	n := runtime.GOMAXPROCS(0)
-	var total int64
-	var mu sync.Mutex
+	var total atomic.Int64
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(d)
 	start := time.Now()
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range n {
+		wg.Go(func() {
 			var c int64
 			for time.Now().Before(deadline) {
-				for j := 0; j < 64; j++ {
-					_ = ed25519.Sign(key, msg)
+				for range 64 {
+					_ = ed25519.Sign(key, benchInput)
 				}
 				c += 64
 			}
-			mu.Lock()
-			total += c
-			mu.Unlock()
-		}()
+			total.Add(c)
+		})
 	}
 	wg.Wait()
-	return float64(total) / time.Since(start).Seconds()
+	return float64(total.Load()) / time.Since(start).Seconds()
 }
 
-func runScenario(ctx context.Context, sc benchScenario, conc int, warmup, d time.Duration) benchResult {
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}}
+// httpFloor serves a fixed 200 from a trivial net/http handler on a
+// loopback port of this process and drives it with the bench client at
+// each level; it returns the result at the best rate.
+func httpFloor(ctx context.Context, levels []int, warmup, d time.Duration) (benchResult, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return benchResult{}, err
+	}
+	body := []byte(`{"keys":[]}`)
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header()["Content-Type"] = []string{"application/json"}
+		_, _ = w.Write(body)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	var best benchResult
+	for _, c := range levels {
+		r := runScenario(ctx, benchScenario{name: "floor", method: "GET", url: "http://" + ln.Addr().String() + "/"}, c, warmup, d, nil)
+		if r.RequestsPerS > best.RequestsPerS {
+			best = r
+		}
+	}
+	if best.RequestsPerS == 0 {
+		return best, errors.New("bench: the HTTP floor server answered nothing")
+	}
+	return best, nil
+}
+
+// newBenchClient returns a keep-alive HTTP/1.1 client for u's host with
+// conc connections. It is fasthttp's HostClient: the load client shares the
+// two cores with the server, and net/http's client costs about as much CPU
+// per request as the server does, which would hide the server's own rate.
+func newBenchClient(u *url.URL, conc int) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
+		Addr: u.Host, MaxConns: conc, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		MaxIdleConnDuration: time.Minute, NoDefaultUserAgentHeader: true, DisableHeaderNamesNormalizing: true,
+		MaxResponseBodySize: 16 << 20,
+	}
+}
+
+// runScenario runs sc at conc connections: warm-up, then onStart, then the
+// measured window.
+func runScenario(ctx context.Context, sc benchScenario, conc int, warmup, d time.Duration, onStart func()) benchResult {
+	u, err := url.Parse(sc.url)
+	if err != nil || u.Scheme != "http" {
+		return benchResult{Scenario: sc.name, Concurrency: conc, Errors: 1, FirstError: "bench drives plain-HTTP loopback listeners: " + sc.url}
+	}
+	client := newBenchClient(u, conc)
 	defer client.CloseIdleConnections()
-	one := func() error {
-		var body io.Reader
-		if sc.body != "" {
-			body = strings.NewReader(sc.body)
-		}
-		req, err := http.NewRequestWithContext(ctx, sc.method, sc.path, body)
-		if err != nil {
+	one := func(req *fasthttp.Request, resp *fasthttp.Response) error {
+		if err := client.Do(req, resp); err != nil {
 			return err
 		}
-		for k, v := range sc.header {
-			req.Header.Set(k, v)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotModified {
-			return fmt.Errorf("%s", resp.Status)
+		if c := resp.StatusCode(); c != http.StatusOK && c != http.StatusNotModified {
+			b := resp.Body()
+			return fmt.Errorf("HTTP %d: %s", c, b[:min(len(b), 200)])
 		}
 		return nil
 	}
+	var firstErr atomic.Value
 	run := func(until time.Time, record bool) ([]time.Duration, int64) {
 		var mu sync.Mutex
 		var lat []time.Duration
 		var errs int64
 		var wg sync.WaitGroup
-		for i := 0; i < conc; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				local := make([]time.Duration, 0, 1024)
+		for range conc {
+			wg.Go(func() {
+				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+				defer fasthttp.ReleaseRequest(req)
+				defer fasthttp.ReleaseResponse(resp)
+				req.SetRequestURI(sc.url)
+				req.Header.SetMethod(sc.method)
+				for k, v := range sc.header {
+					req.Header.Set(k, v)
+				}
+				if sc.body != "" {
+					req.SetBodyString(sc.body)
+				}
+				local := make([]time.Duration, 0, 4096)
 				var e int64
 				for time.Now().Before(until) && ctx.Err() == nil {
 					t := time.Now()
-					if err := one(); err != nil {
+					if err := one(req, resp); err != nil {
 						e++
+						firstErr.CompareAndSwap(nil, err.Error())
 						continue
 					}
 					local = append(local, time.Since(t))
@@ -248,16 +464,21 @@ func runScenario(ctx context.Context, sc benchScenario, conc int, warmup, d time
 					errs += e
 					mu.Unlock()
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		return lat, errs
 	}
 	run(time.Now().Add(warmup), false)
+	if onStart != nil {
+		onStart()
+	}
+	cpu0 := selfCPU()
 	start := time.Now()
 	lat, errs := run(start.Add(d), true)
 	elapsed := time.Since(start).Seconds()
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	cpu := selfCPU() - cpu0
+	slices.Sort(lat)
 	pct := func(p float64) float64 {
 		if len(lat) == 0 {
 			return 0
@@ -266,6 +487,42 @@ func runScenario(ctx context.Context, sc benchScenario, conc int, warmup, d time
 	}
 	r := benchResult{Scenario: sc.name, Concurrency: conc, Requests: int64(len(lat)), Errors: errs,
 		RequestsPerS: float64(len(lat)) / elapsed, P50ms: pct(0.50), P99ms: pct(0.99), P999ms: pct(0.999)}
+	if v, ok := firstErr.Load().(string); ok && errs > 0 {
+		r.FirstError = v
+	}
 	r.SignaturesPerS = r.RequestsPerS * float64(sc.sigsPerRequest)
+	if len(lat) > 0 {
+		r.ClientCPUPerRequestUS = cpu.Seconds() * 1e6 / float64(len(lat))
+	}
 	return r
+}
+
+// selfCPU is this process's user plus system CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runSoak cycles through the scenarios at 4 connections for d and samples
+// the server's RSS every 10 s.
+func runSoak(ctx context.Context, scenarios []benchScenario, metrics string, d time.Duration) *soakReport {
+	rep := &soakReport{Duration: d.String()}
+	sample := func() {
+		if m, err := scrapeProcess(metrics); err == nil {
+			rep.RSSMiB = append(rep.RSSMiB, float64(int(m.rssMiB*10))/10)
+		}
+	}
+	sample()
+	end := time.Now().Add(d)
+	for i := 0; time.Now().Before(end) && ctx.Err() == nil; i++ {
+		step := min(10*time.Second, time.Until(end))
+		r := runScenario(ctx, scenarios[i%len(scenarios)], 4, 0, step, nil)
+		rep.Requests += r.Requests
+		rep.Errors += r.Errors
+		sample()
+	}
+	return rep
 }

@@ -61,6 +61,7 @@ type serveOptions struct {
 	jwksMaxAge        time.Duration
 	schedEvery        time.Duration
 	servedAtSkew      time.Duration
+	pprof             bool
 	rateLimit         float64
 	rateBurst         int
 	defaultPrepublish time.Duration
@@ -132,6 +133,7 @@ assertion through its own HTTP API once it is listening.`,
 	f.Float64Var(&o.rateLimit, "rate-limit", 10000, "requests per second each API token may make (token bucket; 0 disables); over it: 429 with Retry-After")
 	f.IntVar(&o.rateBurst, "rate-burst", 20000, "token-bucket burst of --rate-limit")
 	f.DurationVar(&o.servedAtSkew, "max-served-at-skew", 5*time.Minute, "how far a caller-given served_at may lie from the server's clock, either way")
+	f.BoolVar(&o.pprof, "pprof", false, "serve runtime profiles (net/http/pprof) at /debug/pprof/ on the admin listener, for a token with admin:keys; for performance work, off in production")
 	return cmd, o
 }
 
@@ -238,7 +240,7 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 		return err
 	}
 	handler := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes, ClientPrincipals: principals,
-		MaxServedAtSkew: o.servedAtSkew, RateLimit: api.RateLimit{PerSecond: o.rateLimit, Burst: o.rateBurst}})
+		MaxServedAtSkew: o.servedAtSkew, Pprof: o.pprof, RateLimit: api.RateLimit{PerSecond: o.rateLimit, Burst: o.rateBurst}})
 	listeners, err := o.listeners()
 	if err != nil {
 		return err

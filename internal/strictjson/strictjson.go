@@ -20,6 +20,7 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json"
@@ -92,7 +93,21 @@ func Check(data []byte, lim Limits) error {
 	if maxDepth <= 0 {
 		maxDepth = defaultMaxDepth
 	}
-	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	return WithDecoder(data, func(dec *jsontext.Decoder) error { return check(dec, maxDepth, lim.Numbers) })
+}
+
+// WithDecoder runs fn with a pooled jsontext.Decoder reading data (parsed
+// in place, not copied). The decoder has jsontext's default strictness
+// (no duplicate names, valid UTF-8) and must not be kept after fn returns.
+func WithDecoder(data []byte, fn func(dec *jsontext.Decoder) error) error {
+	pd := decoders.Get().(*pooledDecoder)
+	defer pd.release()
+	pd.buf = bytes.NewBuffer(data) // a *bytes.Buffer is parsed in place
+	pd.dec.Reset(pd.buf)
+	return fn(pd.dec)
+}
+
+func check(dec *jsontext.Decoder, maxDepth int, numbers NumberRule) error {
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {
@@ -101,8 +116,8 @@ func Check(data []byte, lim Limits) error {
 		if dec.StackDepth() > maxDepth {
 			return &Error{CodeTooDeep, fmt.Sprintf("JSON nesting deeper than %d at %s", maxDepth, pointer(dec))}
 		}
-		if lim.Numbers != NumbersAny && tok.Kind() == '0' {
-			if err := checkNumber(tok.String(), lim.Numbers); err != nil {
+		if numbers != NumbersAny && tok.Kind() == '0' {
+			if err := checkNumber(tok.String(), numbers); err != nil {
 				return &Error{CodeNumberTooLarge, fmt.Sprintf("number at %s %s", pointer(dec), err)}
 			}
 		}
@@ -196,4 +211,25 @@ func checkNumber(lit string, rule NumberRule) error {
 		}
 	}
 	return nil
+}
+
+// pooledDecoder keeps a jsontext.Decoder (and its token buffers) across
+// calls to Check: one per request item would otherwise dominate the
+// allocations of a batch.
+type pooledDecoder struct {
+	dec        *jsontext.Decoder
+	buf, empty *bytes.Buffer
+}
+
+var decoders = sync.Pool{New: func() any {
+	empty := bytes.NewBuffer(nil)
+	return &pooledDecoder{dec: jsontext.NewDecoder(empty), empty: empty}
+}}
+
+// release drops the reference to the caller's bytes and returns pd to the pool.
+func (pd *pooledDecoder) release() {
+	pd.buf = nil
+	pd.empty.Reset()
+	pd.dec.Reset(pd.empty)
+	decoders.Put(pd)
 }

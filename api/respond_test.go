@@ -1,0 +1,45 @@
+package api
+
+import (
+	"testing"
+
+	"github.com/go-json-experiment/json"
+
+	"github.com/keysvc/keysvc/signer"
+)
+
+// TestAppendJSONMatchesMarshal holds the hand-written response encoders to
+// encoding/json/v2's bytes for the same values, including strings that
+// need escaping and omitted optional members.
+func TestAppendJSONMatchesMarshal(t *testing.T) {
+	tr := TransportResponse{
+		Assertion: signer.TransportAssertion{ProfileVersion: "1.0", Type: "vrp.mcp.transport.1", Tool: "get_\"offer\"",
+			ArgumentsSHA256: "ab", ServedAt: "2026-06-24T11:40:00Z", Issuer: "villaakerlyckan.se", SessionID: "s<1>&\u2028"},
+		JWS: "a.b.c", KID: "k-1",
+		Attestation: Attestation{Layer: "transport", Source: "https://x/.well-known/jwks.json", Signature: "a.b.c",
+			Ref: "offer:\\x\n\t\u0001é", ValidFrom: "2026-06-24T11:40:00Z", ValidUntil: "2026-06-24T12:40:00Z"},
+	}
+	tr2 := tr
+	tr2.Assertion.SessionID, tr2.Assertion.OfferRef, tr2.Attestation.Ref = "", "offer:1", ""
+	sr := SignResponse{JWS: "h.p.s", KID: "villaakerlyckan.se-2026-05-18-01", Alg: "EdDSA"}
+	for _, c := range []struct {
+		name string
+		v    jsonAppender
+	}{
+		{"sign", sr},
+		{"transport", tr},
+		{"transport without optional members", tr2},
+		{"error", ItemError{Code: "invalid_json", Message: `field "/a\b" is <bad>`}},
+		{"batch", batchResponse[SignResponse]{Results: []BatchResult[SignResponse]{
+			{Result: &sr}, {Error: &ItemError{Code: "duplicate_key", Message: "duplicate member name in object at /payload"}}, {Result: &sr}}}},
+		{"transport batch", batchResponse[TransportResponse]{Results: []BatchResult[TransportResponse]{{Result: &tr}, {Result: &tr2}}}},
+	} {
+		want, err := json.Marshal(c.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.v.appendJSON(nil); string(got) != string(want) {
+			t.Errorf("%s:\n got  %s\n want %s", c.name, got, want)
+		}
+	}
+}
