@@ -2,8 +2,6 @@ package rotation
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -124,29 +122,13 @@ func (m *Manager) RequestDestroy(ctx context.Context, kid, reason string, opt ba
 		if _, err := destroyable(st, kid); err != nil {
 			return err
 		}
-		params, err := json.Marshal(p)
-		if err != nil {
-			return err
-		}
-		id := make([]byte, 8)
-		if _, err := rand.Read(id); err != nil {
-			return err
-		}
-		a := store.Approval{ID: hex.EncodeToString(id), KeyName: name, Action: "destroy", KID: kid, Params: params,
-			RequestedBy: actor.identity(), RequestedAt: now, ExpiresAt: now.Add(m.approvalWindow), Status: "pending"}
-		if err := tx.InsertApproval(ctx, a); err != nil {
-			return err
-		}
-		details := map[string]any{"approval": a.ID, "action": "destroy", "expires_at": a.ExpiresAt.Format(time.RFC3339Nano)}
+		details := map[string]any{}
 		if p.PendingDays != 0 {
 			details["pending_days"] = p.PendingDays
 		}
-		raw, _ := json.Marshal(details)
-		if _, err := m.audit(ctx, tx, Actor{Name: actor.Name, Reason: reason}, "approval.request", name, kid, string(raw)); err != nil {
-			return err
-		}
+		a, err := m.fileApproval(ctx, tx, now, name, "destroy", kid, p, Actor{Name: actor.Name, ID: actor.ID, Reason: reason}, details)
 		approval = &a
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, nil, err

@@ -400,25 +400,10 @@ func (m *Manager) RequestRevoke(ctx context.Context, kid string, compromisedAt t
 		if !found {
 			return fmt.Errorf("%w: %s", ErrVersionNotFound, kid)
 		}
-		params, err := json.Marshal(revokeParams{CompromisedAt: compromisedAt, Reason: reason})
-		if err != nil {
-			return err
-		}
-		id := make([]byte, 8)
-		if _, err := rand.Read(id); err != nil {
-			return err
-		}
-		a := store.Approval{ID: hex.EncodeToString(id), KeyName: name, Action: "revoke", KID: kid, Params: params,
-			RequestedBy: actor.identity(), RequestedAt: now, ExpiresAt: now.Add(m.approvalWindow), Status: "pending"}
-		if err := tx.InsertApproval(ctx, a); err != nil {
-			return err
-		}
-		details, _ := json.Marshal(map[string]string{"approval": a.ID, "action": "revoke", "compromised_at": compromisedAt.Format(time.RFC3339Nano), "expires_at": a.ExpiresAt.Format(time.RFC3339Nano)})
-		if _, err := m.audit(ctx, tx, Actor{Name: actor.Name, Reason: reason}, "approval.request", name, kid, string(details)); err != nil {
-			return err
-		}
+		a, err := m.fileApproval(ctx, tx, now, name, "revoke", kid, revokeParams{CompromisedAt: compromisedAt, Reason: reason},
+			Actor{Name: actor.Name, ID: actor.ID, Reason: reason}, map[string]any{"compromised_at": compromisedAt.Format(time.RFC3339Nano)})
 		approval = &a
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, nil, nil, err
@@ -434,6 +419,34 @@ type Approved struct {
 	Revoked     *store.KeyVersion
 	Replacement *store.KeyVersion
 	Destroyed   *Destroyed
+}
+
+// fileApproval records a pending approval of action on kid (two-person
+// rule) with its parameters, and audits the request as actor with details
+// plus the approval id, action and expiry.
+func (m *Manager) fileApproval(ctx context.Context, tx store.Tx, now time.Time, name, action, kid string, params any, actor Actor, details map[string]any) (store.Approval, error) {
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return store.Approval{}, err
+	}
+	id := make([]byte, 8)
+	if _, err := rand.Read(id); err != nil {
+		return store.Approval{}, err
+	}
+	a := store.Approval{ID: hex.EncodeToString(id), KeyName: name, Action: action, KID: kid, Params: raw,
+		RequestedBy: actor.identity(), RequestedAt: now, ExpiresAt: now.Add(m.approvalWindow), Status: "pending"}
+	if err := tx.InsertApproval(ctx, a); err != nil {
+		return store.Approval{}, err
+	}
+	details["approval"], details["action"], details["expires_at"] = a.ID, action, a.ExpiresAt.Format(time.RFC3339Nano)
+	d, err := json.Marshal(details)
+	if err != nil {
+		return store.Approval{}, err
+	}
+	if _, err := m.audit(ctx, tx, actor, "approval.request", name, kid, string(d)); err != nil {
+		return store.Approval{}, err
+	}
+	return a, nil
 }
 
 // Approve grants a pending approval as a second principal and performs the

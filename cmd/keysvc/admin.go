@@ -168,15 +168,7 @@ func newKeysCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			revoked, active, err := c.Revoke(ctx, args[0], compromisedAt, revokeReason)
-			var pending *client.PendingApproval
-			if errors.As(err, &pending) {
-				if asJSON {
-					return printJSON(cmd.OutOrStdout(), map[string]any{"approval": pending.Approval})
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "two-person rule: %s\n", pending.Error())
-				return nil
-			}
-			if err != nil {
+			if filed, err := printPendingApproval(cmd, asJSON, err); filed || err != nil {
 				return err
 			}
 			if asJSON {
@@ -217,15 +209,7 @@ with 'keysvc approvals approve ID' within the hour.`,
 				return fmt.Errorf("--pending-days must be 7 to 30, got %d", pendingDays)
 			}
 			d, err := c.DestroyVersion(ctx, args[0], destroyReason, pendingDays)
-			var pending *client.PendingApproval
-			if errors.As(err, &pending) {
-				if asJSON {
-					return printJSON(cmd.OutOrStdout(), map[string]any{"approval": pending.Approval})
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "two-person rule: %s\n", pending.Error())
-				return nil
-			}
-			if err != nil {
+			if filed, err := printPendingApproval(cmd, asJSON, err); filed || err != nil {
 				return err
 			}
 			if asJSON {
@@ -536,4 +520,19 @@ func newAuditCmd() *cobra.Command {
 	verifyFlags.register(verifyCmd)
 	cmd.AddCommand(listCmd, verifyCmd)
 	return cmd
+}
+
+// printPendingApproval reports a change filed for a second principal's
+// approval (two-person rule): filed is true when err was that; any other
+// error is returned as it is.
+func printPendingApproval(cmd *cobra.Command, asJSON bool, err error) (filed bool, _ error) {
+	var pending *client.PendingApproval
+	if !errors.As(err, &pending) {
+		return false, err
+	}
+	if asJSON {
+		return true, printJSON(cmd.OutOrStdout(), map[string]any{"approval": pending.Approval})
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "two-person rule: %s\n", pending.Error())
+	return true, nil
 }

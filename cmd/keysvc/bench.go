@@ -60,12 +60,12 @@ type benchResult struct {
 type benchReport struct {
 	GOMAXPROCS int `json:"gomaxprocs"`
 	// RawEd25519PerS is the best of the per-scenario raw measurements.
-	RawEd25519PerS    float64       `json:"raw_ed25519_per_second"`
-	HTTPFloorPerS     float64       `json:"http_floor_requests_per_second"`
-	HTTPFloorConc     int           `json:"http_floor_concurrency"`
+	RawEd25519PerS float64 `json:"raw_ed25519_per_second"`
+	HTTPFloorPerS  float64 `json:"http_floor_requests_per_second"`
+	HTTPFloorConc  int     `json:"http_floor_concurrency"`
 	// HTTPFloorCPUUS is client plus server CPU per request of the floor
 	// (both run in this process), in microseconds.
-	HTTPFloorCPUUS float64 `json:"http_floor_cpu_us_per_request"`
+	HTTPFloorCPUUS    float64       `json:"http_floor_cpu_us_per_request"`
 	ServerIdleRSSMiB  float64       `json:"server_rss_mib_before"`
 	ServerAfterRSSMiB float64       `json:"server_rss_mib_after"`
 	Results           []benchResult `json:"results"`
