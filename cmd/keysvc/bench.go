@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -25,7 +27,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-func init() { extraCommands = append(extraCommands, newBenchCmd) }
+func init() { extraCommands = append(extraCommands, newBenchCmd, newBenchFloorCmd) }
 
 // benchResult is one scenario at one concurrency.
 type benchResult struct {
@@ -63,13 +65,14 @@ type benchReport struct {
 	RawEd25519PerS float64 `json:"raw_ed25519_per_second"`
 	HTTPFloorPerS  float64 `json:"http_floor_requests_per_second"`
 	HTTPFloorConc  int     `json:"http_floor_concurrency"`
-	// HTTPFloorCPUUS is client plus server CPU per request of the floor
-	// (both run in this process), in microseconds.
-	HTTPFloorCPUUS    float64       `json:"http_floor_cpu_us_per_request"`
-	ServerIdleRSSMiB  float64       `json:"server_rss_mib_before"`
-	ServerAfterRSSMiB float64       `json:"server_rss_mib_after"`
-	Results           []benchResult `json:"results"`
-	Soak              *soakReport   `json:"soak,omitempty"`
+	// HTTPFloorServerCPUUS and HTTPFloorClientCPUUS are the floor server's
+	// and the client's CPU per request, in microseconds.
+	HTTPFloorServerCPUUS float64       `json:"http_floor_server_cpu_us_per_request"`
+	HTTPFloorClientCPUUS float64       `json:"http_floor_client_cpu_us_per_request"`
+	ServerIdleRSSMiB     float64       `json:"server_rss_mib_before"`
+	ServerAfterRSSMiB    float64       `json:"server_rss_mib_after"`
+	Results              []benchResult `json:"results"`
+	Soak                 *soakReport   `json:"soak,omitempty"`
 }
 
 // soakReport samples the server's resident set during --soak.
@@ -154,7 +157,8 @@ time.`,
 				return err
 			}
 			floor := floorRes.RequestsPerS
-			rep.HTTPFloorPerS, rep.HTTPFloorConc, rep.HTTPFloorCPUUS = floor, floorRes.Concurrency, floorRes.ClientCPUPerRequestUS
+			rep.HTTPFloorPerS, rep.HTTPFloorConc = floor, floorRes.Concurrency
+			rep.HTTPFloorServerCPUUS, rep.HTTPFloorClientCPUUS = floorRes.ServerCPUPerRequestUS, floorRes.ClientCPUPerRequestUS
 			for _, sc := range scenarios {
 				// Raw Ed25519 again next to each scenario: on a shared
 				// machine the speed drifts within a run.
@@ -244,8 +248,8 @@ func benchScenarios(server, sign, key, tok string) ([]benchScenario, error) {
 
 func printBench(w io.Writer, rep benchReport) {
 	fmt.Fprintf(w, "GOMAXPROCS %d; raw ed25519.Sign measured before each scenario, best %.0f/s\n", rep.GOMAXPROCS, rep.RawEd25519PerS)
-	fmt.Fprintf(w, "HTTP floor (trivial net/http handler, same client, %d conns): %.0f req/s, %.1f µs CPU per request (client+server)\n",
-		rep.HTTPFloorConc, rep.HTTPFloorPerS, rep.HTTPFloorCPUUS)
+	fmt.Fprintf(w, "HTTP floor (trivial handler, serve's http.Server settings, own process; same client; %d conns): %.0f req/s; CPU per request: server %.1f µs, client %.1f µs\n",
+		rep.HTTPFloorConc, rep.HTTPFloorPerS, rep.HTTPFloorServerCPUUS, rep.HTTPFloorClientCPUUS)
 	fmt.Fprintf(w, "server RSS before / after: %.1f / %.1f MiB\n", rep.ServerIdleRSSMiB, rep.ServerAfterRSSMiB)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tconc\treq/s\tsigs/s\traw/s\t/raw\t/floor\tp50 ms\tp99 ms\tp99.9 ms\tsrv µs/req\tclient µs/req\terrors\t")
@@ -369,24 +373,42 @@ func rawEd25519Rate(d time.Duration) float64 {
 	return float64(total.Load()) / time.Since(start).Seconds()
 }
 
-// httpFloor serves a fixed 200 from a trivial net/http handler on a
-// loopback port of this process and drives it with the bench client at
-// each level; it returns the result at the best rate.
+// httpFloor starts `keysvc bench-floor` — a separate process serving a
+// fixed 200 from a trivial handler behind the same http.Server settings as
+// serve — and drives it with the bench client at each level. It returns
+// the result at the best rate, with the floor server's CPU per request.
 func httpFloor(ctx context.Context, levels []int, warmup, d time.Duration) (benchResult, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	self, err := os.Executable()
 	if err != nil {
 		return benchResult{}, err
 	}
-	body := []byte(`{"keys":[]}`)
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header()["Content-Type"] = []string{"application/json"}
-		_, _ = w.Write(body)
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	cmd := exec.CommandContext(ctx, self, "bench-floor")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return benchResult{}, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return benchResult{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return benchResult{}, err
+	}
+	defer func() { stdin.Close(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		return benchResult{}, fmt.Errorf("bench: the HTTP floor server did not start: %q %v", line, err)
+	}
 	var best benchResult
 	for _, c := range levels {
-		r := runScenario(ctx, benchScenario{name: "floor", method: "GET", url: "http://" + ln.Addr().String() + "/"}, c, warmup, d, nil)
+		var cpu0 time.Duration
+		r := runScenario(ctx, benchScenario{name: "floor", method: "GET", url: "http://" + addr + "/"}, c, warmup, d, func() {
+			cpu0 = processCPU(cmd.Process.Pid)
+		})
+		if cpu := processCPU(cmd.Process.Pid) - cpu0; cpu0 > 0 && r.Requests > 0 {
+			r.ServerCPUPerRequestUS = cpu.Seconds() * 1e6 / float64(r.Requests)
+		}
 		if r.RequestsPerS > best.RequestsPerS {
 			best = r
 		}
@@ -395,6 +417,50 @@ func httpFloor(ctx context.Context, levels []int, warmup, d time.Duration) (benc
 		return best, errors.New("bench: the HTTP floor server answered nothing")
 	}
 	return best, nil
+}
+
+// processCPU is the user plus system CPU time of process pid from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 1/100 s), or 0.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// newBenchFloorCmd is the hidden server of the HTTP floor: a trivial
+// handler on a loopback port behind serve's http.Server settings. It
+// prints "listening ADDR" and serves until its standard input closes.
+func newBenchFloorCmd() *cobra.Command {
+	return &cobra.Command{
+		Use: "bench-floor", Hidden: true, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			body := []byte(`{"keys":[]}`)
+			srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				w.Header()["Content-Type"] = []string{"application/json"}
+				_, _ = w.Write(body)
+			}))
+			go func() { _ = srv.Serve(ln) }()
+			fmt.Fprintf(cmd.OutOrStdout(), "listening %s\n", ln.Addr())
+			_, _ = io.Copy(io.Discard, cmd.InOrStdin())
+			return srv.Close()
+		},
+	}
 }
 
 // newBenchClient returns a keep-alive HTTP/1.1 client for u's host with

@@ -252,16 +252,9 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	errc := make(chan error, len(listeners))
 	signURL := ""
 	for _, l := range listeners {
-		srv := &http.Server{
-			Handler:           handler.HandlerFor(l.surface),
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       15 * time.Second,
-			WriteTimeout:      15 * time.Second,
-			IdleTimeout:       120 * time.Second,
-			MaxHeaderBytes:    16 << 10,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-			TLSConfig:         l.tls,
-		}
+		srv := newHTTPServer(handler.HandlerFor(l.surface))
+		srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+		srv.TLSConfig = l.tls
 		ln, err := net.Listen("tcp", l.addr)
 		if err != nil {
 			return fmt.Errorf("%s listener: %w", l.name, err)
@@ -310,6 +303,21 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 		errs = append(errs, srv.Shutdown(shutdownCtx))
 	}
 	return errors.Join(errs...)
+}
+
+// newHTTPServer is every listener's http.Server: timeouts against slow
+// clients (read-header 5 s, read and write 15 s, idle 120 s) and 16 KiB of
+// request headers at most. keysvc bench's HTTP floor uses it too, so that
+// the floor pays for the same deadlines.
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+	}
 }
 
 // loadClientPrincipals reads the --client-principals file (strict JSON).
