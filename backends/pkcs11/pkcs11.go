@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,7 +94,7 @@ type Backend struct {
 	log *slog.Logger
 	mod *module
 
-	lanes   chan *lane    // the session pool: one lane per session, taken for a call
+	lanes   *lanePool     // the session pool: one lane per session, taken for a call
 	control chan struct{} // one slot for calls that need no session: token info, reconnect
 
 	state        atomic.Pointer[tokenState]
@@ -117,6 +118,47 @@ type lane struct {
 	sh   p11.SessionHandle
 	open bool
 	st   *tokenState // the state the session was opened under
+}
+
+// lanePool is the session pool. Free lanes form a stack, so the session
+// used last serves the next call: with two callers, SoftHSM2 signed Ed25519
+// about 6 % faster on two hot sessions than rotating through eight
+// (docs/performance.md). One token in slots per free lane lets callers
+// wait with a timeout.
+type lanePool struct {
+	slots chan struct{}
+	mu    sync.Mutex
+	free  []*lane
+}
+
+func newLanePool(n int) *lanePool {
+	p := &lanePool{slots: make(chan struct{}, n)}
+	for range n {
+		p.free = append(p.free, &lane{})
+		p.slots <- struct{}{}
+	}
+	return p
+}
+
+// available is ready when a lane is free; after receiving from it, call pop.
+func (p *lanePool) available() <-chan struct{} { return p.slots }
+
+// pop takes the most recently returned lane; the caller received a token
+// from available first.
+func (p *lanePool) pop() *lane {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.free[len(p.free)-1]
+	p.free = p.free[:len(p.free)-1]
+	return l
+}
+
+// put returns a lane taken with pop.
+func (p *lanePool) put(l *lane) {
+	p.mu.Lock()
+	p.free = append(p.free, l)
+	p.mu.Unlock()
+	p.slots <- struct{}{}
 }
 
 // ReadPINFile reads a user PIN from path: the file's content without a
@@ -177,13 +219,10 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	b := &Backend{
 		cfg:     cfg,
 		log:     cfg.Logger.With("backend", Kind, "token", cfg.TokenLabel),
-		lanes:   make(chan *lane, cfg.Sessions),
+		lanes:   newLanePool(cfg.Sessions),
 		control: make(chan struct{}, 1),
 
 		reconnecting: make(chan struct{}, 1),
-	}
-	for i := 0; i < cfg.Sessions; i++ {
-		b.lanes <- &lane{}
 	}
 	// Loading and C_Initialize run under the timeout too: a network HSM's
 	// library may block connecting.
@@ -265,7 +304,8 @@ func (b *Backend) Close() error {
 	for {
 		var l *lane
 		select {
-		case l = <-b.lanes:
+		case <-b.lanes.available():
+			l = b.lanes.pop()
 		default:
 		}
 		if l == nil {

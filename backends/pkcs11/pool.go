@@ -101,7 +101,8 @@ func (b *Backend) withSession(ctx context.Context, op string, fn func(*session) 
 	defer timer.Stop()
 	var l *lane
 	select {
-	case l = <-b.lanes:
+	case <-b.lanes.available():
+		l = b.lanes.pop()
 	case <-timer.C:
 		return fmt.Errorf("%w: PKCS#11 %s on token %q: no free session within %s (%d sessions, %d calls stuck in the module)",
 			backends.ErrUnavailable, op, b.cfg.TokenLabel, b.cfg.Timeout, b.cfg.Sessions, b.stuck.Load())
@@ -109,7 +110,7 @@ func (b *Backend) withSession(ctx context.Context, op string, fn func(*session) 
 		return fmt.Errorf("%w: PKCS#11 %s: %w", backends.ErrUnavailable, op, ctx.Err())
 	}
 	return b.runBounded(ctx, timer, op, func() error {
-		defer func() { b.lanes <- l }()
+		defer b.lanes.put(l)
 		return b.runLane(l, op, fn)
 	})
 }
