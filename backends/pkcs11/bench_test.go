@@ -57,7 +57,7 @@ func BenchmarkSignPKCS11(b *testing.B) {
 			if failed.Load() > 0 {
 				b.Fatalf("%d signatures failed", failed.Load())
 			}
-			viaKeysvc := func(stop *atomic.Bool) error {
+			viaKeysvc := func() error {
 				_, err := j.Sign(payload, "")
 				return err
 			}
@@ -80,7 +80,7 @@ func BenchmarkSignPKCS11(b *testing.B) {
 
 // signRound calls sign on GOMAXPROCS goroutines for 250 ms and returns how
 // many calls completed and the time taken.
-func signRound(b *testing.B, sign func(stop *atomic.Bool) error) (int64, time.Duration) {
+func signRound(b *testing.B, sign func() error) (int64, time.Duration) {
 	var n atomic.Int64
 	var stop atomic.Bool
 	var wg sync.WaitGroup
@@ -89,7 +89,7 @@ func signRound(b *testing.B, sign func(stop *atomic.Bool) error) (int64, time.Du
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for !stop.Load() {
-				if err := sign(&stop); err != nil {
+				if err := sign(); err != nil {
 					b.Error(err)
 					return
 				}
@@ -104,7 +104,7 @@ func signRound(b *testing.B, sign func(stop *atomic.Bool) error) (int64, time.Du
 // directSigner returns a sign function making bare Cryptoki calls
 // (C_SignInit + C_Sign over a message of msgLen bytes, the JWS signing
 // input's size) on a session of each calling goroutine's own.
-func directSigner(b *testing.B, be *Backend, ref, alg string, msgLen int) func(*atomic.Bool) error {
+func directSigner(b *testing.B, be *Backend, ref, alg string, msgLen int) func() error {
 	u, err := parseObjectURI(ref)
 	if err != nil {
 		b.Fatal(err)
@@ -132,7 +132,7 @@ func directSigner(b *testing.B, be *Backend, ref, alg string, msgLen int) func(*
 		b.Fatalf("find key: %v %v", objs, err)
 	}
 	key := objs[0]
-	return func(*atomic.Bool) error {
+	return func() error {
 		sh := <-sessions
 		defer func() { sessions <- sh }()
 		m.callMu.RLock()
