@@ -252,10 +252,20 @@ func (s *Server) setPolicy(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.cfg.Manager.SetPolicy(c.Request().Context(), c.Param("name"), p, rotation.Actor{Name: actorName(principal(c)), Reason: req.Reason}); err != nil {
+	approval, err := s.cfg.Manager.SetPolicy(c.Request().Context(), c.Param("name"), p, actorOf(principal(c), req.Reason))
+	if err != nil {
 		return lifecycleError(err)
 	}
-	e, err := s.entry(c.Param("name"))
+	if approval != nil {
+		// Switching the two-person rule off needs a second principal.
+		return c.JSON(http.StatusAccepted, map[string]any{"approval": approvalInfo(*approval)})
+	}
+	return s.policyResponse(c, c.Param("name"))
+}
+
+// policyResponse answers {"key", "policy"} with the key's policy in force.
+func (s *Server) policyResponse(c echo.Context, name string) error {
+	e, err := s.entry(name)
 	if err != nil {
 		return err
 	}
@@ -461,8 +471,11 @@ func (s *Server) approve(c echo.Context) error {
 	if err != nil {
 		return lifecycleError(err)
 	}
-	if out.Destroyed != nil {
+	switch {
+	case out.Destroyed != nil:
 		return s.destroyResponse(c, *out.Destroyed)
+	case out.Policy != nil:
+		return s.policyResponse(c, out.Approval.KeyName)
 	}
 	return s.revokeResponse(c, *out.Revoked, out.Replacement)
 }
@@ -546,6 +559,8 @@ func lifecycleError(err error) error {
 		return fail(http.StatusNotFound, CodeApprovalNotFound, "%s", msg)
 	case errors.Is(err, rotation.ErrSamePrincipal):
 		return fail(http.StatusForbidden, CodeSamePrincipal, "%s", msg)
+	case errors.Is(err, rotation.ErrApprovalPending):
+		return fail(http.StatusConflict, CodeApprovalPending, "%s", msg)
 	case errors.Is(err, rotation.ErrUnknownBackend):
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", msg)
 	case errors.Is(err, backends.ErrUnsupportedAlgorithm):

@@ -29,7 +29,7 @@ func TestMetrics(t *testing.T) {
 	wantStatus(t, "bad sign", resp, body, http.StatusBadRequest)
 	resp, body = h.postJSON("/v1/keys/nosuch/sign", tok, `{"payload":{"a":1}}`)
 	wantStatus(t, "unknown key", resp, body, http.StatusNotFound)
-	if err := h.mgr.SetPolicy(t.Context(), "villa", rotation.Policy{Retention: rotation.Duration(48 * time.Hour)}, rotation.Actor{Name: "test"}); err != nil {
+	if _, err := h.mgr.SetPolicy(t.Context(), "villa", rotation.Policy{Retention: rotation.Duration(48 * time.Hour)}, rotation.Actor{Name: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	retiredKID := h.mgr.Keyring().Keys["villa"].Active.KID()

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"net/http/pprof"
+	rpprof "runtime/pprof"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -29,7 +30,10 @@ func pprofHandler(c echo.Context) error {
 	case "trace":
 		h = http.HandlerFunc(pprof.Trace)
 	default:
-		h = pprof.Handler(name) // heap, allocs, goroutine, block, mutex, threadcreate; unknown names: 404
+		if rpprof.Lookup(name) == nil {
+			return echo.ErrNotFound // the API's JSON not_found, not pprof's text
+		}
+		h = pprof.Handler(name) // heap, allocs, goroutine, block, mutex, threadcreate
 	}
 	h.ServeHTTP(c.Response(), c.Request())
 	return nil

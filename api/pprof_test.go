@@ -24,8 +24,10 @@ func TestPprof(t *testing.T) {
 	wantError(t, "no token", resp, body, http.StatusUnauthorized, api.CodeUnauthorized)
 	resp, body = h.get("/debug/pprof/heap", signer)
 	wantError(t, "sign token", resp, body, http.StatusForbidden, api.CodeForbidden)
-	resp, body = h.get("/debug/pprof/cmdline", admin)
-	wantError(t, "cmdline", resp, body, http.StatusNotFound, api.CodeNotFound)
+	for _, name := range []string{"cmdline", "Cmdline", "cmdline/", "nosuch"} {
+		resp, body = h.get("/debug/pprof/"+name, admin)
+		wantError(t, name, resp, body, http.StatusNotFound, api.CodeNotFound)
+	}
 	resp, body = h.get("/debug/pprof/", admin)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine") {
 		t.Fatalf("index: %d %.200s", resp.StatusCode, body)

@@ -59,6 +59,7 @@ const (
 	CodeApprovalRequired     = "approval_required"      // 409: two-person rule; use the approval flow
 	CodeApprovalNotFound     = "approval_not_found"     // 404
 	CodeSamePrincipal        = "same_principal"         // 403: the approver asked for the change
+	CodeApprovalPending      = "approval_pending"       // 409: the same change already awaits approval
 	CodeInternal             = "internal"               // 500: details only in the server log
 )
 

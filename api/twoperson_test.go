@@ -193,3 +193,38 @@ func TestDestroyTwoPersonRuleAPI(t *testing.T) {
 		t.Fatalf("destroy without the rule: %s", body)
 	}
 }
+
+// TestTwoPersonRuleOffAPI: switching the rule off answers 202 with a
+// "policy" approval and changes nothing; an identical second request is
+// 409 approval_pending; a second officer's approval applies the policy.
+func TestTwoPersonRuleOffAPI(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.createKey("villa", villa, fixedKind)
+	admin := h.token("admin", tokenOK, api.ScopeAdminKeys)
+	bob := h.token("bob", tokenOK, api.ScopeAdminRevoke)
+	put := func(body string) (*http.Response, []byte) {
+		return h.do(request{method: http.MethodPut, path: "/v1/keys/villa/policy", auth: bearer(admin), ctype: "application/json", body: []byte(body)})
+	}
+	resp, body := put(`{"rotation_period":"","two_person_rule":true,"reason":"officers agree"}`)
+	wantStatus(t, "rule on", resp, body, http.StatusOK)
+	resp, body = put(`{"rotation_period":"","retention":"48h","reason":"one officer"}`)
+	wantStatus(t, "rule off", resp, body, http.StatusAccepted)
+	var req struct{ Approval api.ApprovalInfo }
+	decode(t, body, &req)
+	if req.Approval.Action != "policy" || req.Approval.KID != "" || req.Approval.Status != "pending" {
+		t.Fatalf("approval %+v", req.Approval)
+	}
+	if !h.mgr.Keyring().Keys["villa"].Policy.TwoPersonRule {
+		t.Fatal("the rule went off without a second officer")
+	}
+	resp, body = put(`{"rotation_period":"","retention":"48h","reason":"again"}`)
+	wantError(t, "duplicate", resp, body, http.StatusConflict, api.CodeApprovalPending)
+	resp, body = h.postJSON("/v1/approvals/"+req.Approval.ID+"/approve", bob, ``)
+	wantStatus(t, "approve", resp, body, http.StatusOK)
+	if p := h.mgr.Keyring().Keys["villa"].Policy; p.TwoPersonRule || time.Duration(p.Retention) != 48*time.Hour {
+		t.Fatalf("policy after approval %+v", p)
+	}
+	if !strings.Contains(string(body), `"policy"`) {
+		t.Fatalf("approve answer %s", body)
+	}
+}

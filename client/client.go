@@ -196,10 +196,19 @@ type Policy struct {
 	TwoPersonRule  bool   `json:"two_person_rule,omitempty"`
 }
 
-// SetPolicy replaces a key's rotation policy.
+// SetPolicy replaces a key's rotation policy. Switching the two-person rule
+// off while it is on is filed for a second officer's approval: the error is
+// then a *PendingApproval and the policy is unchanged.
 func (c *Client) SetPolicy(ctx context.Context, name string, p Policy, reason string) error {
 	body := map[string]any{"rotation_period": p.RotationPeriod, "prepublish": p.Prepublish, "retention": p.Retention, "two_person_rule": p.TwoPersonRule, "reason": reason}
-	return c.Do(ctx, http.MethodPut, "/v1/keys/"+url.PathEscape(name)+"/policy", body, nil)
+	var out struct {
+		Approval *Approval `json:"approval"`
+	}
+	err := c.Do(ctx, http.MethodPut, "/v1/keys/"+url.PathEscape(name)+"/policy", body, &out)
+	if err == nil && out.Approval != nil {
+		return &PendingApproval{Approval: *out.Approval}
+	}
+	return err
 }
 
 // SetBackend moves a key to another backend: its next versions are created
@@ -311,7 +320,7 @@ func (c *Client) Approvals(ctx context.Context, status string) ([]Approval, erro
 func (c *Client) Approve(ctx context.Context, id string) (revoked Version, active *Version, err error) {
 	res, err := c.ApproveAction(ctx, id)
 	if err == nil && res.Revoked == nil {
-		return Version{}, nil, fmt.Errorf("approval %s was not a revocation (key material of %s destroyed)", id, res.Destroyed.Version.KID)
+		return Version{}, nil, fmt.Errorf("approval %s was not a revocation", id)
 	}
 	if err != nil {
 		return Version{}, nil, err
@@ -326,6 +335,10 @@ type Approved struct {
 	Revoked   *Version
 	Active    *Version
 	Destroyed *Destroyed
+	// Policy is the key's policy now in force, for a "policy" approval
+	// (switching the two-person rule off), with Key its name.
+	Policy *Policy
+	Key    string
 }
 
 // ApproveAction grants an approval as a second principal; the change it
@@ -334,6 +347,8 @@ func (c *Client) ApproveAction(ctx context.Context, id string) (Approved, error)
 	var out struct {
 		Revoked *Version `json:"revoked"`
 		Active  *Version `json:"active"`
+		Policy  *Policy  `json:"policy"`
+		Key     string   `json:"key"`
 		Destroyed
 	}
 	if err := c.Do(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(id)+"/approve", nil, &out); err != nil {
@@ -341,6 +356,9 @@ func (c *Client) ApproveAction(ctx context.Context, id string) (Approved, error)
 	}
 	if out.Revoked != nil {
 		return Approved{Revoked: out.Revoked, Active: out.Active}, nil
+	}
+	if out.Policy != nil {
+		return Approved{Policy: out.Policy, Key: out.Key}, nil
 	}
 	d := out.Destroyed
 	return Approved{Destroyed: &d}, nil

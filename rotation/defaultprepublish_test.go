@@ -28,7 +28,7 @@ func TestDefaultPrepublish(t *testing.T) {
 		if !eqTime(p.ActivatesAt, tp(t0.Add(20*time.Minute))) {
 			t.Fatalf("activates %s, want %s", fmtT(p.ActivatesAt), t0.Add(20*time.Minute))
 		}
-		err = m.SetPolicy(ctx, "villa", rotation.Policy{RotationPeriod: rotation.Duration(15 * time.Minute)}, bob)
+		_, err = m.SetPolicy(ctx, "villa", rotation.Policy{RotationPeriod: rotation.Duration(15 * time.Minute)}, bob)
 		if !errors.Is(err, rotation.ErrInvalidRequest) {
 			t.Fatalf("rotation_period below the default prepublish: %v", err)
 		}

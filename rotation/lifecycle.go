@@ -1,6 +1,7 @@
 package rotation
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -419,12 +420,26 @@ type Approved struct {
 	Revoked     *store.KeyVersion
 	Replacement *store.KeyVersion
 	Destroyed   *Destroyed
+	Policy      *Policy // the policy now in force, for a "policy" approval
 }
 
 // fileApproval records a pending approval of action on kid (two-person
 // rule) with its parameters, and audits the request as actor with details
 // plus the approval id, action and expiry.
+//
+// Errors: ErrApprovalPending when the same action on the same key and kid
+// already awaits approval (approvals of a key are filed and decided only
+// under its row lock, so the check cannot race).
 func (m *Manager) fileApproval(ctx context.Context, tx store.Tx, now time.Time, name, action, kid string, params any, actor Actor, details map[string]any) (store.Approval, error) {
+	pending, err := m.store.ListApprovals(ctx, "pending")
+	if err != nil {
+		return store.Approval{}, err
+	}
+	for _, a := range pending {
+		if a.KeyName == name && a.Action == action && a.KID == kid && now.Before(a.ExpiresAt) {
+			return store.Approval{}, fmt.Errorf("%w: approval %s (%s %s), expires %s", ErrApprovalPending, a.ID, action, cmp.Or(kid, name), a.ExpiresAt.Format(time.RFC3339))
+		}
+	}
 	raw, err := json.Marshal(params)
 	if err != nil {
 		return store.Approval{}, err
@@ -491,7 +506,7 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (out Appr
 			_, err := m.audit(ctx, tx, actor, "approval.expire", name, a.KID, fmt.Sprintf(`{"approval":%q}`, id))
 			return err // committed: the expiry is recorded
 		}
-		if a.Action != "revoke" && a.Action != "destroy" {
+		if a.Action != "revoke" && a.Action != "destroy" && a.Action != "policy" {
 			return fmt.Errorf("rotation: approval %s: unknown action %q", id, a.Action)
 		}
 		a.Status = "approved"
@@ -506,6 +521,17 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (out Appr
 		if a.Action == "destroy" {
 			out.Destroyed, err = m.approveDestroy(ctx, tx, st, now, a, actor)
 			return err
+		}
+		if a.Action == "policy" {
+			var p policyParams
+			if err := json.Unmarshal(a.Params, &p); err != nil {
+				return fmt.Errorf("rotation: approval %s: %w", id, err)
+			}
+			if err := m.validatePolicy(p.Policy); err != nil {
+				return err
+			}
+			out.Policy = &p.Policy
+			return m.setPolicyIn(ctx, tx, st, name, p.Policy, Actor{Name: a.RequestedBy + " approved by " + actor.Name, ID: actor.ID, Reason: p.Reason})
 		}
 		var p revokeParams
 		if err := json.Unmarshal(a.Params, &p); err != nil {
@@ -522,35 +548,65 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (out Appr
 	if err != nil {
 		return Approved{}, err
 	}
-	if out.Destroyed != nil {
+	switch {
+	case out.Destroyed != nil:
 		m.log.Warn("key material destroyed (two-person rule)", "key", name, "kid", out.Approval.KID, "approval", id, "approved_by", actor.Name)
-	} else {
+	case out.Policy != nil:
+		m.log.Warn("key policy changed (two-person rule)", "key", name, "approval", id, "approved_by", actor.Name)
+	default:
 		m.log.Warn("key version revoked (two-person rule)", "key", name, "kid", out.Revoked.KID, "approval", id, "approved_by", actor.Name)
 	}
 	return out, nil
 }
 
+// policyParams are the parameters of a policy change awaiting approval.
+type policyParams struct {
+	Policy Policy `json:"policy"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // SetPolicy replaces a key's rotation policy (validated against the JWKS
-// max-age) and audits the change.
-func (m *Manager) SetPolicy(ctx context.Context, name string, p Policy, actor Actor) error {
+// max-age) and audits the change. Switching the two-person rule off is
+// itself a two-person change: while the key's policy has it, a policy
+// without it is not applied but filed as a pending approval (action
+// "policy") that a second principal grants with Approve; approval is then
+// non-nil. Otherwise the policy is applied at once and approval is nil.
+// Errors: invalid policies (ErrInvalidPolicy), ErrKeyNotFound,
+// ErrApprovalPending.
+func (m *Manager) SetPolicy(ctx context.Context, name string, p Policy, actor Actor) (approval *store.Approval, err error) {
 	if err := m.validatePolicy(p); err != nil {
-		return err
+		return nil, err
 	}
+	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		if st.policy.TwoPersonRule && !p.TwoPersonRule {
+			a, err := m.fileApproval(ctx, tx, now, name, "policy", "", policyParams{Policy: p, Reason: actor.Reason}, actor,
+				map[string]any{"two_person_rule": false})
+			approval = &a
+			return err
+		}
+		return m.setPolicyIn(ctx, tx, st, name, p, actor)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return approval, nil
+}
+
+// setPolicyIn writes p as name's policy inside a transition and audits it.
+func (m *Manager) setPolicyIn(ctx context.Context, tx store.Tx, st *keyState, name string, p Policy, actor Actor) error {
 	raw, err := json.Marshal(p)
 	if err != nil {
 		return err
 	}
-	return m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
-		if err := tx.UpdateKeyPolicy(ctx, name, raw); err != nil {
-			return err
-		}
-		details, err := json.Marshal(map[string]Policy{"old": st.policy, "new": p})
-		if err != nil {
-			return err
-		}
-		_, err = m.audit(ctx, tx, actor, "key.policy", name, "", string(details))
+	if err := tx.UpdateKeyPolicy(ctx, name, raw); err != nil {
 		return err
-	})
+	}
+	details, err := json.Marshal(map[string]Policy{"old": st.policy, "new": p})
+	if err != nil {
+		return err
+	}
+	_, err = m.audit(ctx, tx, actor, "key.policy", name, "", string(details))
+	return err
 }
 
 func (m *Manager) keyOf(ctx context.Context, kid string) (string, error) {

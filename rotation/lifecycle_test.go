@@ -437,11 +437,11 @@ func TestInvalidPolicyWritesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range bad {
-			if err := e.m.SetPolicy(ctx, "villa", p, bob); !errors.Is(err, rotation.ErrInvalidRequest) {
+			if _, err := e.m.SetPolicy(ctx, "villa", p, bob); !errors.Is(err, rotation.ErrInvalidRequest) {
 				t.Errorf("SetPolicy %+v: %v, want ErrInvalidRequest", p, err)
 			}
 		}
-		if err := e.m.SetPolicy(ctx, "nosuchkey", good, bob); !errors.Is(err, rotation.ErrKeyNotFound) {
+		if _, err := e.m.SetPolicy(ctx, "nosuchkey", good, bob); !errors.Is(err, rotation.ErrKeyNotFound) {
 			t.Errorf("SetPolicy on a missing key: %v, want ErrKeyNotFound", err)
 		}
 		if got := auditRows(t, s); len(got) != len(before) {
@@ -461,7 +461,7 @@ func TestInvalidPolicyWritesNothing(t *testing.T) {
 		// A valid change is stored, audited and reloaded.
 		next := rotation.Policy{RotationPeriod: d(48 * time.Hour)}
 		e.at(t0.Add(time.Minute))
-		if err := e.m.SetPolicy(ctx, "villa", next, bob); err != nil {
+		if _, err := e.m.SetPolicy(ctx, "villa", next, bob); err != nil {
 			t.Fatalf("SetPolicy: %v", err)
 		}
 		if got := e.entry(t, "villa").Policy; got != next {

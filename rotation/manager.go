@@ -52,6 +52,8 @@ var (
 	ErrApprovalNotFound = errors.New("approval not found")
 	// ErrSamePrincipal: the approver is the principal who asked.
 	ErrSamePrincipal = errors.New("the approver must be a different principal")
+	// ErrApprovalPending: the same change already awaits approval.
+	ErrApprovalPending = errors.New("the same change already awaits a second principal's approval")
 )
 
 // Manager owns every lifecycle change and the Keyring.

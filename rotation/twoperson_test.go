@@ -2,6 +2,7 @@ package rotation_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -98,6 +99,63 @@ func TestTwoPersonRule(t *testing.T) {
 		ap3, r3, _, err := e.m.RequestRevoke(ctx, plain.KID, t0, "leak", officerA)
 		if err != nil || ap3 != nil || r3 == nil || r3.State != store.StateRevoked {
 			t.Fatalf("RequestRevoke without the rule: %+v %+v %v", ap3, r3, err)
+		}
+	})
+}
+
+// TestTwoPersonRuleOff: switching the rule off is itself a two-person
+// change — one officer with admin:keys cannot disarm revocation and
+// destruction alone — while switching it on, or changing a policy that
+// keeps it, applies at once.
+func TestTwoPersonRuleOff(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s store.Store) {
+		officerA := rotation.Actor{Name: "token:aaa(alice)", ID: "token:aaa", Reason: "rule no longer needed"}
+		officerB := rotation.Actor{Name: "token:bbb(bob)", ID: "token:bbb"}
+		e := newLCEnv(t, s, t0, 0)
+		_, v1 := e.createPolicy(t, "villa", issuer, "", rotation.Policy{TwoPersonRule: true})
+		keep := rotation.Policy{TwoPersonRule: true, Retention: rotation.Duration(48 * time.Hour)}
+		if ap, err := e.m.SetPolicy(ctx, "villa", keep, officerA); err != nil || ap != nil {
+			t.Fatalf("a policy keeping the rule: %+v %v", ap, err)
+		}
+		off := rotation.Policy{Retention: rotation.Duration(48 * time.Hour)}
+		ap, err := e.m.SetPolicy(ctx, "villa", off, officerA)
+		if err != nil || ap == nil || ap.Action != "policy" || ap.KID != "" || ap.RequestedBy != "token:aaa" {
+			t.Fatalf("switching the rule off: %+v %v, want a pending approval", ap, err)
+		}
+		if e.m.Keyring().Keys["villa"].Policy != keep {
+			t.Fatalf("policy changed before approval: %+v", e.m.Keyring().Keys["villa"].Policy)
+		}
+		// Still in force: a revocation still needs two.
+		if _, _, err := e.m.Revoke(ctx, v1.KID, t0, "leak", officerA); !errors.Is(err, rotation.ErrApprovalRequired) {
+			t.Fatalf("Revoke while the rule-off request waits: %v", err)
+		}
+		if _, err := e.m.SetPolicy(ctx, "villa", off, officerA); !errors.Is(err, rotation.ErrApprovalPending) {
+			t.Fatalf("a second identical request: %v, want ErrApprovalPending", err)
+		}
+		if _, err := e.m.Approve(ctx, ap.ID, officerA); !errors.Is(err, rotation.ErrSamePrincipal) {
+			t.Fatalf("self-approval: %v", err)
+		}
+		out, err := e.m.Approve(ctx, ap.ID, officerB)
+		if err != nil || out.Policy == nil || *out.Policy != off || out.Revoked != nil || out.Destroyed != nil {
+			t.Fatalf("Approve: %+v %v", out, err)
+		}
+		if got := e.m.Keyring().Keys["villa"].Policy; got != off {
+			t.Fatalf("policy after approval: %+v, want %+v", got, off)
+		}
+		// Switching it back on needs no second principal.
+		if ap, err := e.m.SetPolicy(ctx, "villa", keep, officerA); err != nil || ap != nil {
+			t.Fatalf("switching the rule on: %+v %v", ap, err)
+		}
+		var policyRows []string
+		for _, r := range checkChain(t, s) {
+			if r.KeyName == "villa" && (r.Action == "key.policy" || r.Action == "approval.request" || r.Action == "approval.grant") {
+				policyRows = append(policyRows, r.Action+" by "+r.Actor)
+			}
+		}
+		want := []string{"key.policy by token:aaa(alice)", "approval.request by token:aaa(alice)", "approval.grant by token:bbb(bob)",
+			"key.policy by token:aaa approved by token:bbb(bob)", "key.policy by token:aaa(alice)"}
+		if !slices.Equal(policyRows, want) {
+			t.Fatalf("audit:\n got %q\nwant %q", policyRows, want)
 		}
 	})
 }

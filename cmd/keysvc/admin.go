@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -226,20 +227,48 @@ with 'keysvc approvals approve ID' within the hour.`,
 	var pol client.Policy
 	var policyReason string
 	policyCmd := &cobra.Command{
-		Use: "policy NAME --rotation-period D [--prepublish D] [--retention D]", Short: "Set a key's rotation policy", Args: cobra.ExactArgs(1),
+		Use:   "policy NAME [--rotation-period D] [--prepublish D] [--retention D] [--two-person-rule[=false]]",
+		Short: "Change a key's rotation policy: only the flags given change",
+		Long: `Change a key's policy. Only the flags given change; the rest is kept as it
+is in force (the API replaces the whole policy; this command reads it
+first). --rotation-period 0 turns scheduled rotation off.
+--two-person-rule=false switches the two-person rule off: while it is on,
+that is filed for a second officer's approval (keysvc approvals approve ID).`,
+		Args: cobra.ExactArgs(1),
 		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			if err := c.SetPolicy(ctx, args[0], pol, policyReason); err != nil {
+			keys, err := c.ListKeys(ctx)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "policy of %s: rotation_period=%s prepublish=%s retention=%s\n", args[0], dash(pol.RotationPeriod), dash(pol.Prepublish), dash(pol.Retention))
+			i := slices.IndexFunc(keys, func(k client.Key) bool { return k.Name == args[0] })
+			if i < 0 {
+				return fmt.Errorf("no key %q", args[0])
+			}
+			next := keys[i].Policy
+			f := cmd.Flags()
+			if f.Changed("rotation-period") {
+				next.RotationPeriod = pol.RotationPeriod
+			}
+			if f.Changed("prepublish") {
+				next.Prepublish = pol.Prepublish
+			}
+			if f.Changed("retention") {
+				next.Retention = pol.Retention
+			}
+			if f.Changed("two-person-rule") {
+				next.TwoPersonRule = pol.TwoPersonRule
+			}
+			err = c.SetPolicy(ctx, args[0], next, policyReason)
+			if filed, err := printPendingApproval(cmd, asJSON, err); filed || err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "policy of %s: rotation_period=%s prepublish=%s retention=%s two_person_rule=%t\n",
+				args[0], dash(next.RotationPeriod), dash(next.Prepublish), dash(next.Retention), next.TwoPersonRule)
 			return nil
 		}),
 	}
 	policyFlags(policyCmd, &pol)
 	policyCmd.Flags().StringVar(&policyReason, "reason", "", "why (recorded in the audit trail)")
-	// The policy is replaced whole: require the period explicitly (0 turns
-	// scheduled rotation off) so a bare `keys policy NAME` cannot wipe it.
-	_ = policyCmd.MarkFlagRequired("rotation-period")
 
 	var backendTo, backendReason string
 	backendCmd := &cobra.Command{
@@ -290,7 +319,7 @@ func newApprovalsCmd() *cobra.Command {
 	}
 	listCmd.Flags().StringVar(&status, "status", "pending", "pending, approved, expired, or empty for all")
 	approveCmd := &cobra.Command{
-		Use: "approve ID", Short: "Grant an approval as the second officer; the change (revocation or key-material destruction) happens now", Args: cobra.ExactArgs(1),
+		Use: "approve ID", Short: "Grant an approval as the second officer; the change (revocation, key-material destruction, or switching the two-person rule off) happens now", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tok, err := cf.token()
 			if err != nil {
@@ -304,6 +333,11 @@ func newApprovalsCmd() *cobra.Command {
 			}
 			if res.Destroyed != nil {
 				printDestroyed(cmd.OutOrStdout(), *res.Destroyed)
+				return nil
+			}
+			if res.Policy != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "policy of %s: rotation_period=%s prepublish=%s retention=%s two_person_rule=%t\n",
+					res.Key, dash(res.Policy.RotationPeriod), dash(res.Policy.Prepublish), dash(res.Policy.Retention), res.Policy.TwoPersonRule)
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "revoked: %s (compromised at %s)\n", res.Revoked.KID, res.Revoked.CompromisedAt)

@@ -195,6 +195,9 @@ time.`,
 		},
 	}
 	cf.register(cmd)
+	if f := cmd.PersistentFlags().Lookup("server"); f != nil {
+		f.Usage = "keysvc base URL of the public listener (JWKS), which also serves the signing API and /metrics unless --sign-server / --metrics-server say otherwise (env KEYSVC_SERVER)"
+	}
 	cmd.Flags().StringVar(&sign, "sign-server", "", "signing listener base URL when separate from --server")
 	cmd.Flags().StringVar(&metricsURL, "metrics-server", "", "listener that serves /metrics (the admin listener) when separate from --server; for server CPU and RSS")
 	cmd.Flags().StringVar(&key, "key", "dev", "key to sign with")
@@ -254,8 +257,12 @@ func printBench(w io.Writer, rep benchReport) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tconc\treq/s\tsigs/s\traw/s\t/raw\t/floor\tp50 ms\tp99 ms\tp99.9 ms\tsrv µs/req\tclient µs/req\terrors\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%d\t\n", r.Scenario, r.Concurrency, r.RequestsPerS,
-			r.SignaturesPerS, r.RawEd25519PerS, r.RatioToRaw, r.RatioToFloor, r.P50ms, r.P99ms, r.P999ms, r.ServerCPUPerRequestUS, r.ClientCPUPerRequestUS, r.Errors)
+		sigs, raw, ratio := "–", "–", "–"
+		if r.SignaturesPerS > 0 {
+			sigs, raw, ratio = fmt.Sprintf("%.0f", r.SignaturesPerS), fmt.Sprintf("%.0f", r.RawEd25519PerS), fmt.Sprintf("%.3f", r.RatioToRaw)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%d\t\n", r.Scenario, r.Concurrency, r.RequestsPerS,
+			sigs, raw, ratio, r.RatioToFloor, r.P50ms, r.P99ms, r.P999ms, r.ServerCPUPerRequestUS, r.ClientCPUPerRequestUS, r.Errors)
 	}
 	_ = tw.Flush()
 	for _, r := range rep.Results {

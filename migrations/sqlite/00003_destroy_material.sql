@@ -10,7 +10,7 @@
 CREATE TABLE approvals_new (
     id            TEXT PRIMARY KEY,
     key_name      TEXT NOT NULL REFERENCES keys (name),
-    action        TEXT NOT NULL CHECK (action IN ('revoke', 'destroy')),
+    action        TEXT NOT NULL CHECK (action IN ('revoke', 'destroy', 'policy')),
     kid           TEXT NOT NULL,
     params        TEXT NOT NULL,
     requested_by  TEXT NOT NULL,
