@@ -135,6 +135,7 @@ func (m *Manager) RequestDestroy(ctx context.Context, kid, reason string, opt ba
 	}
 	if destroyed != nil {
 		m.log.Warn("key material destroyed", "key", name, "kid", kid, "backend", destroyed.Backend, "actor", actor.Name)
+		m.scrub(ctx, kid)
 	}
 	return approval, destroyed, nil
 }
@@ -214,3 +215,13 @@ func (m *Manager) approveDestroy(ctx context.Context, tx store.Tx, st *keyState,
 // errDestroyed is returned by loadSigner for a version whose key material
 // was destroyed: it can never sign again.
 var errDestroyed = errors.New("key material destroyed")
+
+// scrub asks the store to drop its own leftover copies of the rows a
+// destruction overwrote (the software backend's sealed key in SQLite's WAL
+// or PostgreSQL's dead row versions). Best effort: the destruction is
+// committed either way; a failure is logged for the operator.
+func (m *Manager) scrub(ctx context.Context, kid string) {
+	if err := m.store.Scrub(ctx); err != nil {
+		m.log.Warn("could not scrub the database after destroying key material; see docs/runbooks/destroying-key-material.md", "kid", kid, "err", err)
+	}
+}

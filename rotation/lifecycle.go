@@ -551,6 +551,7 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (out Appr
 	switch {
 	case out.Destroyed != nil:
 		m.log.Warn("key material destroyed (two-person rule)", "key", name, "kid", out.Approval.KID, "approval", id, "approved_by", actor.Name)
+		m.scrub(ctx, out.Approval.KID)
 	case out.Policy != nil:
 		m.log.Warn("key policy changed (two-person rule)", "key", name, "approval", id, "approved_by", actor.Name)
 	default:

@@ -86,9 +86,11 @@ func (t sqliteTx) commit(context.Context) error { return t.tx.Commit() }
 func (t sqliteTx) rollback() error              { return t.tx.Rollback() }
 
 // sqliteDSN is the modernc.org/sqlite data source name for path: foreign
-// keys on, WAL journal, a 5 s busy timeout, and BEGIN IMMEDIATE for every
+// keys on, WAL journal, a 5 s busy timeout, BEGIN IMMEDIATE for every
 // transaction so that write transactions serialize instead of failing with
-// SQLITE_BUSY on lock upgrade.
+// SQLITE_BUSY on lock upgrade, and secure_delete, so that content a write
+// replaces (a destroyed version's sealed key) is overwritten with zeros in
+// the database file instead of lingering in free space.
 func sqliteDSN(path string) (string, error) {
 	if path == "" {
 		return "", errors.New("store: no database configured (set a PostgreSQL URL or a SQLite path)")
@@ -96,7 +98,7 @@ func sqliteDSN(path string) (string, error) {
 	if strings.ContainsRune(path, '?') || strings.HasPrefix(path, "file:") {
 		return "", fmt.Errorf("store: SQLite path %q: must be a plain file name", path)
 	}
-	return path + "?_txlock=immediate&_busy_timeout=5000&_foreign_keys=1&_journal_mode=WAL", nil
+	return path + "?_txlock=immediate&_busy_timeout=5000&_foreign_keys=1&_journal_mode=WAL&_pragma=secure_delete(1)", nil
 }
 
 // openSQLiteDB opens the database/sql handle for path, creating the file

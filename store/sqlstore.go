@@ -89,6 +89,18 @@ type txState struct {
 var errTxDone = errors.New("store: transaction already finished (Tx used after InTx returned)")
 
 func (s *sqlStore) Kind() string { return s.d.kind }
+
+// Scrub implements Store.Scrub.
+func (s *sqlStore) Scrub(ctx context.Context) error {
+	q := `VACUUM key_versions`
+	if s.d.kind == "sqlite" {
+		q = `PRAGMA wal_checkpoint(TRUNCATE)`
+	}
+	if err := s.raw(ctx, q); err != nil {
+		return fmt.Errorf("store: scrub (%s): %w", q, err)
+	}
+	return nil
+}
 func (s *sqlStore) Close() error { return s.closeFn() }
 
 // InTx runs fn in one transaction. It commits when fn returns nil, and rolls

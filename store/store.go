@@ -222,6 +222,13 @@ type Store interface {
 	Watch(ctx context.Context, fn func(keyName string)) error
 	// TouchToken records a token's last use; best effort, outside any tx.
 	TouchToken(ctx context.Context, id string, at time.Time) error
+	// Scrub makes the database drop copies of overwritten rows that it
+	// still holds after a commit, so that a destroyed version's sealed key
+	// is gone from the live files: SQLite checkpoints the WAL into the
+	// database (secure_delete zeroes the old content there) and truncates
+	// it; PostgreSQL VACUUMs key_versions (dead row versions). Outside any
+	// transaction; backups taken before keep what they hold.
+	Scrub(ctx context.Context) error
 	// Kind returns "postgres" or "sqlite".
 	Kind() string
 	Close() error

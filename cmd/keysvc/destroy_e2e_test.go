@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/keysvc/keysvc/backends/pkcs11/softhsmtest"
 	"github.com/keysvc/keysvc/client"
 	"github.com/keysvc/keysvc/internal/pgtest"
+	"github.com/keysvc/keysvc/store"
 )
 
 // TestDestroyTwoPersonE2E drives key-material destruction through the real
@@ -104,6 +106,22 @@ func destroyTwoPerson(t *testing.T, e *lifecycleEnv) {
 		t.Fatalf("approvals list: exit %d\n%s%s", code, out, errOut)
 	}
 
+	// SQLite: remember the sealed key, to look for it in the files afterwards.
+	var sealed []byte
+	sqlitePath := filepath.Join(e.dir, "keysvc.db")
+	if len(e.env) == 0 {
+		st, err := store.Open(ctx, store.Config{SQLitePath: sqlitePath})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := st.GetVersion(ctx, v1)
+		st.Close()
+		if err != nil || len(v.SealedPrivateKey) < 32 {
+			t.Fatalf("sealed key of %s: %v (%d bytes)", v1, err, len(v.SealedPrivateKey))
+		}
+		sealed = v.SealedPrivateKey
+	}
+
 	// A second officer: destroyed.
 	out, errOut, code = runCLI(t, bob, "approvals", "approve", id)
 	if code != 0 || !strings.Contains(out, "destroyed: key material of "+v1+" (retired, backend software)") {
@@ -111,6 +129,24 @@ func destroyTwoPerson(t *testing.T, e *lifecycleEnv) {
 	}
 	if at := destroyedAt(); at == "" {
 		t.Fatalf("%s not destroyed after the second officer's approval", v1)
+	}
+	// With the server still running, no file of the data directory holds
+	// the sealed key any more: not the database (secure_delete), not its
+	// WAL (checkpointed and truncated by the store's Scrub).
+	if sealed != nil {
+		files, _ := filepath.Glob(sqlitePath + "*")
+		if len(files) == 0 {
+			t.Fatalf("no database files at %s", sqlitePath)
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(b, sealed) {
+				t.Errorf("%s still holds the sealed key of destroyed %s", f, v1)
+			}
+		}
 	}
 	out, errOut, code = runCLI(t, bob, "approvals", "list", "--status", "")
 	if code != 0 || !regexp.MustCompile(id+`\s+approved\s+destroy\s+villa\s+`+regexp.QuoteMeta(v1)).MatchString(out) {
