@@ -427,17 +427,20 @@ type ApprovalInfo struct {
 	KID         string          `json:"kid"`
 	Params      json.RawMessage `json:"params"`
 	RequestedBy string          `json:"requested_by"`
-	RequestedAt string          `json:"requested_at"`
-	ExpiresAt   string          `json:"expires_at"`
-	Status      string          `json:"status"`
-	DecidedBy   string          `json:"decided_by,omitempty"`
-	DecidedAt   string          `json:"decided_at,omitempty"`
+	// RequestedByName and DecidedByName are display names ("token:ID(alice)").
+	RequestedByName string `json:"requested_by_name,omitempty"`
+	RequestedAt     string `json:"requested_at"`
+	ExpiresAt       string `json:"expires_at"`
+	Status          string `json:"status"`
+	DecidedBy       string `json:"decided_by,omitempty"`
+	DecidedByName   string `json:"decided_by_name,omitempty"`
+	DecidedAt       string `json:"decided_at,omitempty"`
 }
 
 func approvalInfo(a store.Approval) ApprovalInfo {
 	out := ApprovalInfo{ID: a.ID, Key: a.KeyName, Action: a.Action, KID: a.KID, Params: json.RawMessage(a.Params),
-		RequestedBy: a.RequestedBy, RequestedAt: store.FormatTime(a.RequestedAt), ExpiresAt: store.FormatTime(a.ExpiresAt),
-		Status: a.Status, DecidedBy: a.DecidedBy}
+		RequestedBy: a.RequestedBy, RequestedByName: a.RequestedByName, RequestedAt: store.FormatTime(a.RequestedAt),
+		ExpiresAt: store.FormatTime(a.ExpiresAt), Status: a.Status, DecidedBy: a.DecidedBy, DecidedByName: a.DecidedByName}
 	if a.DecidedAt != nil {
 		out.DecidedAt = store.FormatTime(*a.DecidedAt)
 	}

@@ -234,11 +234,14 @@ type Approval struct {
 	KID         string          `json:"kid"`
 	Params      json.RawMessage `json:"params"`
 	RequestedBy string          `json:"requested_by"`
-	RequestedAt string          `json:"requested_at"`
-	ExpiresAt   string          `json:"expires_at"`
-	Status      string          `json:"status"`
-	DecidedBy   string          `json:"decided_by,omitempty"`
-	DecidedAt   string          `json:"decided_at,omitempty"`
+	// RequestedByName and DecidedByName are display names ("token:ID(alice)").
+	RequestedByName string `json:"requested_by_name,omitempty"`
+	DecidedByName   string `json:"decided_by_name,omitempty"`
+	RequestedAt     string `json:"requested_at"`
+	ExpiresAt       string `json:"expires_at"`
+	Status          string `json:"status"`
+	DecidedBy       string `json:"decided_by,omitempty"`
+	DecidedAt       string `json:"decided_at,omitempty"`
 }
 
 // PendingApproval is returned by Revoke and DestroyVersion when the key's

@@ -204,7 +204,7 @@ func (m *Manager) approveDestroy(ctx context.Context, tx store.Tx, st *keyState,
 	if err := json.Unmarshal(a.Params, &p); err != nil {
 		return nil, fmt.Errorf("rotation: approval %s: %w", a.ID, err)
 	}
-	d, err := m.destroyIn(ctx, tx, st, now, a.KID, p, Actor{Name: a.RequestedBy + " approved by " + actor.Name, ID: actor.ID},
+	d, err := m.destroyIn(ctx, tx, st, now, a.KID, p, Actor{Name: requesterName(a) + " approved by " + actor.Name, ID: actor.ID},
 		&grant{id: a.ID, requestedBy: a.RequestedBy, approvedBy: actor.identity()})
 	if err != nil {
 		return nil, err

@@ -277,7 +277,7 @@ func TestDestroyTwoPersonRule(t *testing.T) {
 		wantActions := []string{"version.create by alice@example.com", "version.activate by alice@example.com",
 			"version.retire by bob@example.com",
 			"approval.request by token:aaa(alice)", "approval.grant by token:bbb(bob)",
-			"version.destroy_material by token:aaa approved by token:bbb(bob)"}
+			"version.destroy_material by token:aaa(alice) approved by token:bbb(bob)"}
 		if !sameStrings(actions, wantActions) {
 			t.Errorf("audit of %s:\n got %q\nwant %q", v1.KID, actions, wantActions)
 		}

@@ -449,7 +449,7 @@ func (m *Manager) fileApproval(ctx context.Context, tx store.Tx, now time.Time, 
 		return store.Approval{}, err
 	}
 	a := store.Approval{ID: hex.EncodeToString(id), KeyName: name, Action: action, KID: kid, Params: raw,
-		RequestedBy: actor.identity(), RequestedAt: now, ExpiresAt: now.Add(m.approvalWindow), Status: "pending"}
+		RequestedBy: actor.identity(), RequestedByName: actor.Name, RequestedAt: now, ExpiresAt: now.Add(m.approvalWindow), Status: "pending"}
 	if err := tx.InsertApproval(ctx, a); err != nil {
 		return store.Approval{}, err
 	}
@@ -497,7 +497,7 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (out Appr
 		if a.RequestedBy == actor.identity() {
 			return fmt.Errorf("%w: approval %s was requested by the same principal", ErrSamePrincipal, id)
 		}
-		a.DecidedBy, a.DecidedAt = actor.identity(), &now
+		a.DecidedBy, a.DecidedByName, a.DecidedAt = actor.identity(), actor.Name, &now
 		if !now.Before(a.ExpiresAt) {
 			a.Status, expired = "expired", true
 			if err := tx.DecideApproval(ctx, a); err != nil {
@@ -513,7 +513,7 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (out Appr
 		if err := tx.DecideApproval(ctx, a); err != nil {
 			return err
 		}
-		details, _ := json.Marshal(map[string]string{"approval": id, "requested_by": a.RequestedBy})
+		details, _ := json.Marshal(map[string]string{"approval": id, "requested_by": requesterName(a)})
 		if _, err := m.audit(ctx, tx, actor, "approval.grant", name, a.KID, string(details)); err != nil {
 			return err
 		}
@@ -531,14 +531,14 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (out Appr
 				return err
 			}
 			out.Policy = &p.Policy
-			return m.setPolicyIn(ctx, tx, st, name, p.Policy, Actor{Name: a.RequestedBy + " approved by " + actor.Name, ID: actor.ID, Reason: p.Reason})
+			return m.setPolicyIn(ctx, tx, st, name, p.Policy, Actor{Name: requesterName(a) + " approved by " + actor.Name, ID: actor.ID, Reason: p.Reason})
 		}
 		var p revokeParams
 		if err := json.Unmarshal(a.Params, &p); err != nil {
 			return fmt.Errorf("rotation: approval %s: %w", id, err)
 		}
 		revoked, replacement, err := m.revokeIn(ctx, tx, st, now, a.KID, p.CompromisedAt, p.Reason,
-			Actor{Name: a.RequestedBy + " approved by " + actor.Name, ID: actor.ID})
+			Actor{Name: requesterName(a) + " approved by " + actor.Name, ID: actor.ID})
 		out.Revoked, out.Replacement = &revoked, replacement
 		return err
 	})
@@ -786,3 +786,8 @@ func crashPoint(name string) {
 		select {}
 	}
 }
+
+// requesterName is how an approval's requester is named in the audit trail
+// of the change it asked for: the display name, or the principal id of an
+// approval filed before names were recorded.
+func requesterName(a store.Approval) string { return cmp.Or(a.RequestedByName, a.RequestedBy) }

@@ -69,7 +69,7 @@ func TestTwoPersonRule(t *testing.T) {
 		}
 		want := []string{"version.create by alice@example.com", "version.activate by alice@example.com",
 			"approval.request by token:aaa(alice)", "approval.grant by token:bbb(bob)",
-			"version.retire by token:aaa approved by token:bbb(bob)", "version.revoke by token:aaa approved by token:bbb(bob)"}
+			"version.retire by token:aaa(alice) approved by token:bbb(bob)", "version.revoke by token:aaa(alice) approved by token:bbb(bob)"}
 		if !sameStrings(actions, want) {
 			t.Errorf("audit of %s:\n got %q\nwant %q", v1.KID, actions, want)
 		}
@@ -153,7 +153,7 @@ func TestTwoPersonRuleOff(t *testing.T) {
 			}
 		}
 		want := []string{"key.policy by token:aaa(alice)", "approval.request by token:aaa(alice)", "approval.grant by token:bbb(bob)",
-			"key.policy by token:aaa approved by token:bbb(bob)", "key.policy by token:aaa(alice)"}
+			"key.policy by token:aaa(alice) approved by token:bbb(bob)", "key.policy by token:aaa(alice)"}
 		if !slices.Equal(policyRows, want) {
 			t.Fatalf("audit:\n got %q\nwant %q", policyRows, want)
 		}

@@ -6,15 +6,15 @@ import (
 	"fmt"
 )
 
-const approvalCols = `id, key_name, action, kid, params, requested_by, requested_at, expires_at, status, decided_by, decided_at`
+const approvalCols = `id, key_name, action, kid, params, requested_by, requested_at, expires_at, status, decided_by, decided_at, requested_by_name, decided_by_name`
 
 func scanApproval(scan func(...any) error) (Approval, error) {
 	var a Approval
 	var params string
-	var decidedBy sql.NullString
+	var decidedBy, decidedByName sql.NullString
 	err := scan(&a.ID, &a.KeyName, &a.Action, &a.KID, &params, &a.RequestedBy, timeCol{&a.RequestedAt},
-		timeCol{&a.ExpiresAt}, &a.Status, &decidedBy, nullTimeCol{&a.DecidedAt})
-	a.Params, a.DecidedBy = []byte(params), decidedBy.String
+		timeCol{&a.ExpiresAt}, &a.Status, &decidedBy, nullTimeCol{&a.DecidedAt}, &a.RequestedByName, &decidedByName)
+	a.Params, a.DecidedBy, a.DecidedByName = []byte(params), decidedBy.String, decidedByName.String
 	return a, err
 }
 
@@ -36,8 +36,8 @@ func (o ops) ListApprovals(ctx context.Context, status string) ([]Approval, erro
 // InsertApproval implements Tx.InsertApproval.
 func (t *sqlTx) InsertApproval(ctx context.Context, a Approval) error {
 	_, err := t.exec(ctx, fmt.Sprintf("insert approval %q", a.ID),
-		`INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)`,
-		a.ID, a.KeyName, a.Action, a.KID, string(a.Params), a.RequestedBy, t.ts(a.RequestedAt), t.ts(a.ExpiresAt), a.Status)
+		`INSERT INTO approvals (`+approvalCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, NULL)`,
+		a.ID, a.KeyName, a.Action, a.KID, string(a.Params), a.RequestedBy, t.ts(a.RequestedAt), t.ts(a.ExpiresAt), a.Status, a.RequestedByName)
 	return err
 }
 
@@ -63,8 +63,8 @@ func (t *sqlTx) LockApproval(ctx context.Context, id string) (Approval, error) {
 // DecideApproval implements Tx.DecideApproval.
 func (t *sqlTx) DecideApproval(ctx context.Context, a Approval) error {
 	n, err := t.exec(ctx, fmt.Sprintf("decide approval %q", a.ID),
-		`UPDATE approvals SET status = ?, decided_by = ?, decided_at = ? WHERE id = ?`,
-		a.Status, a.DecidedBy, t.tsp(a.DecidedAt), a.ID)
+		`UPDATE approvals SET status = ?, decided_by = ?, decided_at = ?, decided_by_name = ? WHERE id = ?`,
+		a.Status, a.DecidedBy, t.tsp(a.DecidedAt), a.DecidedByName, a.ID)
 	if err != nil {
 		return err
 	}

@@ -26,8 +26,8 @@ func TestApprovals(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := Approval{ID: "ap1", KeyName: "villa", Action: "revoke", KID: "villaakerlyckan.se-2026-01-01-01",
-				Params: []byte(`{"compromised_at":"2026-01-01T00:00:00Z","reason":"leak"}`), RequestedBy: "token:a(alice)",
-				RequestedAt: utc(1), ExpiresAt: utc(2), Status: "pending"}
+				Params: []byte(`{"compromised_at":"2026-01-01T00:00:00Z","reason":"leak"}`), RequestedBy: "token:a",
+				RequestedByName: "token:a(alice)", RequestedAt: utc(1), ExpiresAt: utc(2), Status: "pending"}
 			if err := s.InTx(ctx, func(tx Tx) error { return tx.InsertApproval(ctx, a) }); err != nil {
 				t.Fatal(err)
 			}
@@ -50,7 +50,7 @@ func TestApprovals(t *testing.T) {
 				t.Fatalf("missing approval: %v", err)
 			}
 			decided := a
-			decided.Status, decided.DecidedBy, decided.DecidedAt = "approved", "token:b(bob)", ptr(utc(3))
+			decided.Status, decided.DecidedBy, decided.DecidedByName, decided.DecidedAt = "approved", "token:b", "token:b(bob)", ptr(utc(3))
 			if err := s.InTx(ctx, func(tx Tx) error { return tx.DecideApproval(ctx, decided) }); err != nil {
 				t.Fatal(err)
 			}

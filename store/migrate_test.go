@@ -88,9 +88,11 @@ func testMigrate00003(t *testing.T, cfg func(t *testing.T) Config, kind string) 
 	old := Approval{ID: "ap-2", KeyName: "villa", Action: "revoke", KID: "villaakerlyckan.se-2026-01-01-01",
 		Params: []byte(`{"compromised_at":"2026-01-01T00:00:00Z","reason":"leak"}`), RequestedBy: "token:a", RequestedAt: utc(1),
 		ExpiresAt: utc(61), Status: "approved", DecidedBy: "token:b", DecidedAt: ptr(utc(2))}
-	exec(`INSERT INTO approvals (`+approvalCols+`) VALUES (`+args(11)+`)`, old.ID, old.KeyName, old.Action, old.KID, string(old.Params),
+	// The 00002 columns (00003 adds requested_by_name, decided_by_name).
+	cols00002 := `id, key_name, action, kid, params, requested_by, requested_at, expires_at, status, decided_by, decided_at`
+	exec(`INSERT INTO approvals (`+cols00002+`) VALUES (`+args(11)+`)`, old.ID, old.KeyName, old.Action, old.KID, string(old.Params),
 		old.RequestedBy, tsArg(1), tsArg(61), old.Status, old.DecidedBy, tsArg(2))
-	if _, err := db.ExecContext(ctx, `INSERT INTO approvals (`+approvalCols+`) VALUES (`+args(11)+`)`, "ap-x", "villa", "destroy", old.KID, "{}",
+	if _, err := db.ExecContext(ctx, `INSERT INTO approvals (`+cols00002+`) VALUES (`+args(11)+`)`, "ap-x", "villa", "destroy", old.KID, "{}",
 		"token:a", tsArg(1), tsArg(61), "pending", nil, nil); err == nil {
 		t.Fatal("00002 accepted a destroy approval")
 	}

@@ -122,15 +122,18 @@ type APIToken struct {
 type Approval struct {
 	ID          string
 	KeyName     string
-	Action      string // "revoke" or "destroy"
-	KID         string
+	Action      string // "revoke", "destroy" or "policy"
+	KID         string // "" for "policy"
 	Params      []byte
-	RequestedBy string
-	RequestedAt time.Time
-	ExpiresAt   time.Time
-	Status      string // "pending", "approved", "expired"
-	DecidedBy   string
-	DecidedAt   *time.Time
+	RequestedBy string // the requester's principal id ("token:ID")
+	// RequestedByName is the requester's display name ("token:ID(alice)").
+	RequestedByName string
+	RequestedAt     time.Time
+	ExpiresAt       time.Time
+	Status          string // "pending", "approved", "expired"
+	DecidedBy       string // the approver's principal id
+	DecidedByName   string // the approver's display name
+	DecidedAt       *time.Time
 }
 
 // Errors returned by every implementation; test with errors.Is.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -312,7 +313,7 @@ func newApprovalsCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATUS\tACTION\tKEY\tKID\tREQUESTED BY\tEXPIRES\tDECIDED BY")
 			for _, a := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, a.Action, a.Key, a.KID, a.RequestedBy, a.ExpiresAt, dash(a.DecidedBy))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, a.Action, a.Key, dash(a.KID), cmp.Or(a.RequestedByName, a.RequestedBy), a.ExpiresAt, dash(cmp.Or(a.DecidedByName, a.DecidedBy)))
 			}
 			return tw.Flush()
 		},

@@ -18,7 +18,9 @@ CREATE TABLE approvals_new (
     expires_at    INTEGER NOT NULL,
     status        TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'expired')),
     decided_by    TEXT,
-    decided_at    INTEGER
+    decided_at    INTEGER,
+    requested_by_name TEXT NOT NULL DEFAULT '',
+    decided_by_name   TEXT
 ) STRICT;
 INSERT INTO approvals_new (id, key_name, action, kid, params, requested_by, requested_at, expires_at, status, decided_by, decided_at)
     SELECT id, key_name, action, kid, params, requested_by, requested_at, expires_at, status, decided_by, decided_at FROM approvals;
