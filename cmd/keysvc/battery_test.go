@@ -66,6 +66,7 @@ func TestMalformedBattery(t *testing.T) {
 		{"POST", sign, json, `{"payload":"string"}`, nil, 400, "invalid_request"},
 		{"POST", sign, json, `{"payload":[1,2]}`, nil, 400, "invalid_request"},
 		{"POST", sign, json, `{"payload":{"a":1},"typ":7}`, nil, 400, "invalid_field"},
+		{"POST", sign, json, `{"payload":{"a":1},"typ":null}`, nil, 400, "invalid_field"},
 		{"POST", sign, json, `{"payload":{"a":1},"typ":"` + strings.Repeat("x", 65) + `"}`, nil, 400, "invalid_request"},
 		{"POST", sign, json, `{"payload":{"a":1}}` + strings.Repeat(" ", 70<<10), nil, 413, "body_too_large"},
 		{"POST", sign, "text/plain", `{"payload":{"a":1}}`, nil, 415, "unsupported_media_type"},

@@ -18,6 +18,7 @@ import (
 	"io"
 	"math"
 	"math/big"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,9 +134,14 @@ func check(dec *jsontext.Decoder, maxDepth int, numbers NumberRule) error {
 }
 
 // Decode checks data (see Check) and unmarshals it into v, refusing members
-// that v's struct types do not declare.
+// that v's struct types do not declare, and — when v points to a struct —
+// a top-level member whose value is null although its field cannot be null
+// (encoding/json would silently leave the zero value): CodeInvalidField.
 func Decode(data []byte, v any, lim Limits) error {
 	if err := Check(data, lim); err != nil {
+		return err
+	}
+	if err := checkNulls(data, v); err != nil {
 		return err
 	}
 	err := json.Unmarshal(data, v, json.RejectUnknownMembers(true))
@@ -232,4 +238,63 @@ func (pd *pooledDecoder) release() {
 	pd.empty.Reset()
 	pd.dec.Reset(pd.empty)
 	decoders.Put(pd)
+}
+
+// checkNulls refuses `"name": null` at the top level of data for a field of
+// v's struct that is not a pointer, slice, map or interface (a raw value
+// such as jsontext.Value is a slice and may hold null).
+func checkNulls(data []byte, v any) error {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.Elem().Kind() != reflect.Struct || !bytes.Contains(data, []byte("null")) {
+		return nil // the common case costs one scan for the literal
+	}
+	fields := nonNullable(rv.Elem().Type())
+	if len(fields) == 0 {
+		return nil
+	}
+	return WithDecoder(data, func(dec *jsontext.Decoder) error {
+		if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+			return nil // not an object: Unmarshal reports it
+		}
+		for dec.PeekKind() != '}' {
+			name, err := dec.ReadToken()
+			if err != nil {
+				return nil
+			}
+			if dec.PeekKind() == 'n' && fields[name.String()] {
+				return &Error{CodeInvalidField, fmt.Sprintf("field /%s must not be null", name.String())}
+			}
+			if err := dec.SkipValue(); err != nil {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+// nullableKinds may hold JSON null.
+var nullableKinds = map[reflect.Kind]bool{reflect.Pointer: true, reflect.Slice: true, reflect.Map: true, reflect.Interface: true}
+
+var nonNullableCache sync.Map // reflect.Type -> map[string]bool
+
+// nonNullable returns the JSON names of t's fields that cannot hold null.
+func nonNullable(t reflect.Type) map[string]bool {
+	if m, ok := nonNullableCache.Load(t); ok {
+		return m.(map[string]bool)
+	}
+	m := map[string]bool{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		if !f.IsExported() || name == "-" || nullableKinds[f.Type.Kind()] {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		m[name] = true
+	}
+	nonNullableCache.Store(t, m)
+	return m
 }

@@ -2,6 +2,7 @@ package strictjson
 
 import (
 	"errors"
+	"github.com/go-json-experiment/json/jsontext"
 	"strings"
 	"testing"
 )
@@ -88,6 +89,21 @@ func TestDecodeStruct(t *testing.T) {
 	err := Decode([]byte(`{"tool":"t","extra":1}`), &r, Limits{})
 	if !strings.Contains(err.Error(), "/extra") {
 		t.Fatalf("message should name the field: %v", err)
+	}
+	// null where the field cannot hold it is a wrong type, not "absent".
+	for _, body := range []string{`{"tool":null}`, `{"tool":"t","n":null}`} {
+		err := Decode([]byte(body), &r, Limits{})
+		if code(err) != CodeInvalidField || !strings.Contains(err.Error(), "must not be null") {
+			t.Fatalf("%s: %v", body, err)
+		}
+	}
+	type raw struct {
+		P *int           `json:"p"`
+		V jsontext.Value `json:"v"`
+	}
+	var rr raw
+	if err := Decode([]byte(`{"p":null,"v":null}`), &rr, Limits{}); err != nil || rr.P != nil || string(rr.V) != "null" {
+		t.Fatalf("nullable fields: %+v %v", rr, err)
 	}
 }
 
