@@ -129,6 +129,10 @@ func testMigrations(t *testing.T, cfg func(t *testing.T) Config, kind string) {
 		if s.Kind() != kind {
 			t.Errorf("Kind() = %q, want %q", s.Kind(), kind)
 		}
+		// Scrub runs outside a transaction (VACUUM cannot run in one).
+		if err := s.Scrub(ctx); err != nil {
+			t.Errorf("Scrub: %v", err)
+		}
 	})
 	t.Run("migrate 00002 database through 00003", func(t *testing.T) { testMigrate00003(t, cfg, kind) })
 	t.Run("open unmigrated", func(t *testing.T) {
