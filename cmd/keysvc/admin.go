@@ -29,19 +29,7 @@ func newKeysCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "keys", Short: "Manage keys through the admin API (create, list, versions, rotate)"}
 	cf.register(cmd)
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
-	// withClient wraps a subcommand body: it resolves the token, builds the
-	// API client and bounds the call to 30 s.
-	withClient := func(run func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
-		return func(cmd *cobra.Command, args []string) error {
-			tok, err := cf.token()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			return run(ctx, client.New(cf.server, tok), cmd, args)
-		}
-	}
+	withClient := cf.withClient
 
 	var create client.CreateKeyRequest
 	var createPolicy client.Policy
@@ -299,14 +287,8 @@ func newApprovalsCmd() *cobra.Command {
 	var status string
 	listCmd := &cobra.Command{
 		Use: "list [--status pending]", Short: "List approval requests", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			tok, err := cf.token()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			list, err := client.New(cf.server, tok).Approvals(ctx, status)
+		RunE: cf.withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+			list, err := c.Approvals(ctx, status)
 			if err != nil {
 				return err
 			}
@@ -316,19 +298,13 @@ func newApprovalsCmd() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, a.Action, a.Key, dash(a.KID), cmp.Or(a.RequestedByName, a.RequestedBy), a.ExpiresAt, dash(cmp.Or(a.DecidedByName, a.DecidedBy)))
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	listCmd.Flags().StringVar(&status, "status", "pending", "pending, approved, expired, or empty for all")
 	approveCmd := &cobra.Command{
 		Use: "approve ID", Short: "Grant an approval as the second officer; the change (revocation, key-material destruction, or switching the two-person rule off) happens now", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			tok, err := cf.token()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			res, err := client.New(cf.server, tok).ApproveAction(ctx, args[0])
+		RunE: cf.withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			res, err := c.ApproveAction(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -346,7 +322,7 @@ func newApprovalsCmd() *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "active:  %s (since %s)\n", res.Active.KID, res.Active.NotBefore)
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.AddCommand(listCmd, approveCmd)
 	return cmd
@@ -570,4 +546,18 @@ func printPendingApproval(cmd *cobra.Command, asJSON bool, err error) (filed boo
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "two-person rule: %s\n", pending.Error())
 	return true, nil
+}
+
+// withClient wraps a subcommand body: it resolves the token, builds the
+// API client and bounds the call to 30 s.
+func (cf *clientFlags) withClient(run func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		tok, err := cf.token()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+		defer cancel()
+		return run(ctx, client.New(cf.server, tok), cmd, args)
+	}
 }
