@@ -251,8 +251,7 @@ that is filed for a second officer's approval (keysvc approvals approve ID).`,
 			if filed, err := printPendingApproval(cmd, asJSON, err); filed || err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "policy of %s: rotation_period=%s prepublish=%s retention=%s two_person_rule=%t\n",
-				args[0], dash(next.RotationPeriod), dash(next.Prepublish), dash(next.Retention), next.TwoPersonRule)
+			printPolicy(cmd.OutOrStdout(), args[0], next)
 			return nil
 		}),
 	}
@@ -313,8 +312,7 @@ func newApprovalsCmd() *cobra.Command {
 				return nil
 			}
 			if res.Policy != nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "policy of %s: rotation_period=%s prepublish=%s retention=%s two_person_rule=%t\n",
-					res.Key, dash(res.Policy.RotationPeriod), dash(res.Policy.Prepublish), dash(res.Policy.Retention), res.Policy.TwoPersonRule)
+				printPolicy(cmd.OutOrStdout(), res.Key, *res.Policy)
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "revoked: %s (compromised at %s)\n", res.Revoked.KID, res.Revoked.CompromisedAt)
@@ -560,4 +558,10 @@ func (cf *clientFlags) withClient(run func(ctx context.Context, c *client.Client
 		defer cancel()
 		return run(ctx, client.New(cf.server, tok), cmd, args)
 	}
+}
+
+// printPolicy prints a key's policy in force.
+func printPolicy(w io.Writer, key string, p client.Policy) {
+	fmt.Fprintf(w, "policy of %s: rotation_period=%s prepublish=%s retention=%s two_person_rule=%t\n",
+		key, dash(p.RotationPeriod), dash(p.Prepublish), dash(p.Retention), p.TwoPersonRule)
 }
