@@ -52,8 +52,12 @@ func keyInfo(e *rotation.KeyEntry, isDefault bool) KeyInfo {
 		k.ActiveKID = e.Active.KID()
 	}
 	k.Policy = e.Policy
-	if e.Next != nil {
-		k.NextKID, k.NextAt = e.Next.KID(), e.NextAt.UTC().Format(time.RFC3339Nano)
+	for _, v := range e.Versions {
+		if v.State == store.StatePending && v.ActivatesAt != nil {
+			// Armed or planned (ADR 0014): the pending version and when it
+			// activates, or is planned to.
+			k.NextKID, k.NextAt = v.KID, v.ActivatesAt.UTC().Format(time.RFC3339Nano)
+		}
 	}
 	return k
 }
@@ -61,6 +65,9 @@ func keyInfo(e *rotation.KeyEntry, isDefault bool) KeyInfo {
 func versionInfo(v store.KeyVersion) (VersionInfo, error) {
 	entry, err := jwksserve.EntryFor(v)
 	if err != nil {
+		return VersionInfo{}, err
+	}
+	if entry.Thumbprint, err = jwksserve.Thumbprint(v.PublicJWK); err != nil {
 		return VersionInfo{}, err
 	}
 	vi := VersionInfo{Entry: entry, BackendRef: v.BackendRef, CreatedAt: v.CreatedAt}
@@ -90,6 +97,9 @@ type createKeyRequest struct {
 	JWKSURL   string         `json:"jwks_url,omitempty"`
 	Policy    *policyRequest `json:"policy,omitempty"` // reason inside is ignored
 	Reason    string         `json:"reason,omitempty"`
+	// ShareIssuer: the key may take an issuer other keys have (409
+	// issuer_in_use otherwise).
+	ShareIssuer bool `json:"share_issuer,omitempty"`
 }
 
 // CreateKeyResponse is the answer of POST /v1/keys.
@@ -113,7 +123,8 @@ func (s *Server) createKey(c echo.Context) error {
 	}
 	_, v, err := s.cfg.Manager.CreateKey(c.Request().Context(), rotation.CreateKeyRequest{
 		Name: req.Name, Issuer: req.Issuer, Algorithm: req.Algorithm, Backend: req.Backend, JWKSURL: req.JWKSURL, Policy: pol,
-	}, rotation.Actor{Name: actorName(p), Reason: req.Reason})
+		ShareIssuer: req.ShareIssuer,
+	}, actorOf(p, req.Reason))
 	if err != nil {
 		return lifecycleError(err)
 	}
@@ -170,10 +181,13 @@ func (s *Server) rotate(c echo.Context) error {
 			return err
 		}
 	}
-	actor := rotation.Actor{Name: actorName(principal(c)), Reason: req.Reason}
+	actor := actorOf(principal(c), req.Reason)
 	ctx := c.Request().Context()
 	switch req.Mode {
-	case "", RotateNow:
+	case "":
+		// No mode is never an emergency (issue 13): say which.
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "mode is required: %q publishes a pending version that signs after prepublish; %q (emergency) makes a new version sign at once, before verifiers' cached JWKS hold it", RotateScheduled, RotateNow)
+	case RotateNow:
 		newV, oldV, err := s.cfg.Manager.Rotate(ctx, c.Param("name"), actor)
 		if err != nil {
 			return lifecycleError(err)
@@ -290,16 +304,27 @@ func (s *Server) setBackend(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"key": keyInfo(e, s.cfg.Manager.Keyring().Default == e.Key.Name)})
 }
 
+// activateRequest is the body of POST /v1/versions/{kid}/activate (optional).
+type activateRequest struct {
+	Reason string `json:"reason,omitempty"`
+	// Emergency activates before the version has been published longer
+	// than the JWKS max-age (verifiers with a cached JWKS reject its first
+	// signatures); it needs a reason and is audited as an emergency.
+	Emergency bool `json:"emergency,omitempty"`
+}
+
 func (s *Server) activateVersion(c echo.Context) error {
-	var req struct {
-		Reason string `json:"reason,omitempty"`
-	}
+	var req activateRequest
 	if c.Request().ContentLength != 0 {
 		if err := s.decodeBody(c, &req); err != nil {
 			return err
 		}
 	}
-	v, err := s.cfg.Manager.Activate(c.Request().Context(), c.Param("kid"), rotation.Actor{Name: actorName(principal(c)), Reason: req.Reason})
+	activate := s.cfg.Manager.Activate
+	if req.Emergency {
+		activate = s.cfg.Manager.ActivateEmergency
+	}
+	v, err := activate(c.Request().Context(), c.Param("kid"), actorOf(principal(c), req.Reason))
 	if err != nil {
 		return lifecycleError(err)
 	}
@@ -532,11 +557,19 @@ func (s *Server) listAudit(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-func actorName(p Principal) string { return "token:" + p.TokenID + "(" + p.Name + ")" }
+// actorName names the credential and the principal of a request:
+// "token:<id>(<name>)" or "cert:<common name>(<name>)".
+func actorName(p Principal) string {
+	if strings.HasPrefix(p.TokenID, "cert:") {
+		return p.TokenID + "(" + p.Name + ")"
+	}
+	return "token:" + p.TokenID + "(" + p.Name + ")"
+}
 
-// actorOf is the audited actor of a request by p.
+// actorOf is the audited actor of a request by p; its ID is the person's
+// (Principal.ID), so the two-person rule compares people.
 func actorOf(p Principal, reason string) rotation.Actor {
-	return rotation.Actor{Name: actorName(p), ID: "token:" + p.TokenID, Reason: reason}
+	return rotation.Actor{Name: actorName(p), ID: p.ID(), Reason: reason}
 }
 
 func lifecycleError(err error) error {
@@ -564,6 +597,20 @@ func lifecycleError(err error) error {
 		return fail(http.StatusForbidden, CodeSamePrincipal, "%s", msg)
 	case errors.Is(err, rotation.ErrApprovalPending):
 		return fail(http.StatusConflict, CodeApprovalPending, "%s", msg)
+	case errors.Is(err, rotation.ErrActivationTooEarly):
+		return fail(http.StatusConflict, CodeActivationTooEarly, "%s", msg)
+	case errors.Is(err, rotation.ErrIssuerInUse):
+		return fail(http.StatusConflict, CodeIssuerInUse, "%s", msg)
+	case errors.Is(err, rotation.ErrActivationHeld):
+		return fail(http.StatusServiceUnavailable, CodeActivationHeld, "%s", msg)
+	case errors.Is(err, rotation.ErrHistoryNotBacked):
+		return fail(http.StatusConflict, CodeKeyHistoryNotBacked, "%s", msg)
+	case errors.Is(err, rotation.ErrHistoryUnconfirmed):
+		return fail(http.StatusServiceUnavailable, CodeTlogUnavailable, "%s; nothing was changed, retry", msg)
+	case errors.Is(err, rotation.ErrIdempotencyConflict):
+		return err // the mutation middleware replays the first request's answer
+	case errors.Is(err, store.ErrCommitDeadline):
+		return fail(http.StatusServiceUnavailable, CodeBackendUnavailable, "the key history store is too slow to commit the change in time; nothing was changed, retry")
 	case errors.Is(err, rotation.ErrUnknownBackend):
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", msg)
 	case errors.Is(err, backends.ErrUnsupportedAlgorithm):

@@ -86,10 +86,10 @@ func TestAuthMatrix(t *testing.T) {
 		{http.MethodPost, "/v1/digests/sep2828", func() string { return `{"params":{"name":"t","arguments":{}}}` }, 200, nil, anyAllowed},
 		{http.MethodGet, "/v1/keys", nil, 200, adminForbidden, adminAllowed},
 		{http.MethodPost, "/v1/keys", func() string {
-			return fmt.Sprintf(`{"name":"k%d","issuer":"example.org","reason":"matrix"}`, created.Add(1))
+			return fmt.Sprintf(`{"name":"k%d","issuer":"example.org","reason":"matrix","share_issuer":true}`, created.Add(1))
 		}, 201, adminForbidden, adminAllowed},
 		{http.MethodGet, "/v1/keys/alpha/versions", nil, 200, adminForbidden, adminAllowed},
-		{http.MethodPost, "/v1/keys/bravo/rotate", func() string { return `{"reason":"matrix"}` }, 200, adminForbidden, adminAllowed},
+		{http.MethodPost, "/v1/keys/bravo/rotate", func() string { return `{"mode":"now","reason":"matrix"}` }, 200, adminForbidden, adminAllowed},
 	}
 	unauth := []struct{ label, header string }{
 		{"no Authorization header", ""},
@@ -205,7 +205,7 @@ func nested(depth int, leaf string) string {
 }
 
 func TestBadInput(t *testing.T) {
-	h := newHarness(t, harnessOpts{MaxBodyBytes: limit, MaxServedAtSkew: 100 * 365 * 24 * time.Hour})
+	h := newHarness(t, harnessOpts{MaxBodyBytes: limit, MaxServedAtSkew: 100 * 365 * 24 * time.Hour, ClockOffset: -time.Since(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
 	h.createKey("alpha", villa, fixedKind)
 	tok := h.token("all", tokenOK, api.ScopeSignAll, api.ScopeAdminKeys)
 	auth := bearer(tok)
@@ -220,8 +220,8 @@ func TestBadInput(t *testing.T) {
 		{"/v1/keys/alpha/mcp-transport", `{"tool":"t","arguments":{}}`, 200},
 		{"/v1/digests/mcp-arguments", `{"arguments":{"a":1}}`, 200},
 		{"/v1/digests/sep2828", `{"params":{"name":"t","arguments":{}}}`, 200},
-		{"/v1/keys", `{"name":"fresh","issuer":"example.org"}`, 201},
-		{"/v1/keys/alpha/rotate", `{"reason":"r"}`, 200},
+		{"/v1/keys", `{"name":"fresh","issuer":"example.org","share_issuer":true}`, 201},
+		{"/v1/keys/alpha/rotate", `{"mode":"now","reason":"r"}`, 200},
 	}
 	// bigMember is where padTo puts its padding, per route.
 	bigMember := map[string]string{
@@ -273,10 +273,10 @@ func TestBadInput(t *testing.T) {
 					atLimit, over = padTo(t, member, suffix, limit), padTo(t, member, suffix, limit+1)
 				}
 			case p.path == "/v1/keys":
-				atLimit = `{"name":"big","issuer":"example.org","reason":"` + strings.Repeat("r", limit-len(`{"name":"big","issuer":"example.org","reason":""}`)) + `"}`
+				atLimit = `{"name":"big","issuer":"example.org","share_issuer":true,"reason":"` + strings.Repeat("r", limit-len(`{"name":"big","issuer":"example.org","share_issuer":true,"reason":""}`)) + `"}`
 				over = strings.Replace(atLimit, `"reason":"`, `"reason":"r`, 1)
-			default:
-				atLimit = `{"reason":"` + strings.Repeat("r", limit-len(`{"reason":""}`)) + `"}`
+			default: // rotate
+				atLimit = `{"mode":"now","reason":"` + strings.Repeat("r", limit-len(`{"mode":"now","reason":""}`)) + `"}`
 				over = strings.Replace(atLimit, `"reason":"`, `"reason":"r`, 1)
 			}
 			if len(atLimit) != limit || len(over) != limit+1 {
@@ -476,13 +476,13 @@ func TestBadInput(t *testing.T) {
 		{"jwks_url with fragment", keys, `{"name":"x","issuer":"example.org","jwks_url":"https://example.org/jwks.json#x"}`, 400, "invalid_request"},
 		{"jwks_url not a URL", keys, `{"name":"x","issuer":"example.org","jwks_url":"::"}`, 400, "invalid_request"},
 		{"unknown backend", keys, `{"name":"x","issuer":"example.org","backend":"nope"}`, 400, "invalid_request"},
-		{"backend refuses the algorithm", keys, `{"name":"x","issuer":"example.org","backend":"software-fixed","algorithm":"ES256"}`, 400, "invalid_request"},
+		{"backend refuses the algorithm", keys, `{"name":"x","issuer":"example.org","backend":"software-fixed","algorithm":"ES256","share_issuer":true}`, 400, "invalid_request"},
 		{"duplicate key name", keys, `{"name":"alpha","issuer":"example.org"}`, 409, "key_exists"},
 		{"duplicate key name, other issuer", keys, `{"name":"alpha","issuer":"other.example","algorithm":"ES256"}`, 409, "key_exists"},
 		// unknown keys
 		{"sign with an unknown key", "/v1/keys/nokey/sign", `{"payload":{}}`, 404, "key_not_found"},
 		{"mcp with an unknown key", "/v1/keys/nokey/mcp-transport", `{"tool":"t","arguments":{}}`, 404, "key_not_found"},
-		{"rotate an unknown key", "/v1/keys/nokey/rotate", `{"reason":"r"}`, 404, "key_not_found"},
+		{"rotate an unknown key", "/v1/keys/nokey/rotate", `{"mode":"now","reason":"r"}`, 404, "key_not_found"},
 	}
 	t.Run("bodies", func(t *testing.T) {
 		for _, c := range cases {
@@ -535,11 +535,15 @@ func TestBadInput(t *testing.T) {
 	})
 }
 
-// TestRotateWithoutBody: rotate's body is optional.
-func TestRotateWithoutBody(t *testing.T) {
+// TestRotateNeedsMode: a rotate request must say which rotation it wants
+// (issue 13): no body, an empty object or a body without mode is 400
+// invalid_request and changes nothing; {"mode":"now"} is the emergency
+// form, audited with its reason.
+func TestRotateNeedsMode(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	h.createKey("alpha", villa, software.Kind)
 	tok := h.token("admin", tokenOK, api.ScopeAdminKeys)
+	before := h.snapshot()
 	for _, r := range []request{
 		{method: http.MethodPost, path: "/v1/keys/alpha/rotate", auth: bearer(tok)},
 		{method: http.MethodPost, path: "/v1/keys/alpha/rotate", auth: bearer(tok), ctype: "application/json"},
@@ -547,26 +551,22 @@ func TestRotateWithoutBody(t *testing.T) {
 		{method: http.MethodPost, path: "/v1/keys/alpha/rotate", auth: bearer(tok), ctype: "application/json", body: []byte(`{"reason":"scheduled"}`)},
 	} {
 		resp, body := h.do(r)
-		wantStatus(t, fmt.Sprintf("rotate with body %q", r.body), resp, body, http.StatusOK)
-		var rr api.RotateResponse
-		decode(t, body, &rr)
-		if rr.Active.Status != "active" || rr.Retired.Status != "retired" || rr.Active.KID == rr.Retired.KID {
-			t.Errorf("rotate response %s", body)
-		}
+		wantError(t, fmt.Sprintf("rotate with body %q", r.body), resp, body, http.StatusBadRequest, api.CodeInvalidRequest)
 	}
-	vs, err := h.store.ListVersions(context.Background(), "alpha")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(vs) != 5 {
-		t.Errorf("%d versions after 4 rotations, want 5", len(vs))
+	h.assertUnchanged("rotate without a mode", before)
+	resp, body := h.postJSON("/v1/keys/alpha/rotate", tok, `{"mode":"now","reason":"INC-1"}`)
+	wantStatus(t, "rotate now", resp, body, http.StatusOK)
+	var rr api.RotateResponse
+	decode(t, body, &rr)
+	if rr.Active.Status != "active" || rr.Retired.Status != "retired" || rr.Active.KID == rr.Retired.KID {
+		t.Errorf("rotate response %s", body)
 	}
 	rows, err := h.store.ListAudit(context.Background(), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if last := rows[len(rows)-1]; last.Action != "version.activate" || last.Reason != "scheduled" {
-		t.Errorf("last audit row %+v, want version.activate with reason \"scheduled\"", last)
+	if last := rows[len(rows)-1]; last.Action != "version.activate" || last.Reason != "INC-1" {
+		t.Errorf("last audit row %+v, want version.activate with reason \"INC-1\"", last)
 	}
 }
 
@@ -706,8 +706,10 @@ func transportVectors(t *testing.T) []transportCase {
 }
 
 func TestMCPTransportVectors(t *testing.T) {
-	// The vectors' served_at lies in 2026-06; allow it (the skew bound has its own test).
-	h := newHarness(t, harnessOpts{MaxServedAtSkew: 100 * 365 * 24 * time.Hour})
+	// The vectors' served_at lies in 2026-06; allow it (the skew bound has
+	// its own test), and let the key exist since before it (a served_at
+	// outside the signing version's window is refused: ADR 0014).
+	h := newHarness(t, harnessOpts{MaxServedAtSkew: 100 * 365 * 24 * time.Hour, ClockOffset: -time.Since(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
 	h.createKey("villa", villa, fixedKind)
 	tok := h.token("node", tokenOK, "sign:villa")
 	kid := h.mgr.Keyring().Keys["villa"].Active.KID()
@@ -724,7 +726,7 @@ func TestMCPTransportVectors(t *testing.T) {
 	}
 	source := list.Keys[0].JWKSURL
 
-	header := b64([]byte(`{"alg":"EdDSA","kid":"` + kid + `","typ":"JWT"}`))
+	header := b64([]byte(`{"alg":"EdDSA","kid":"` + kid + `","typ":"vrp-mcp-transport+jws"}`))
 	for _, vc := range transportVectors(t) {
 		if vc.Issuer != villa {
 			t.Fatalf("%s: issuer %s", vc.Name, vc.Issuer)
@@ -864,6 +866,77 @@ func TestSEP2828DigestVectors(t *testing.T) {
 	}
 }
 
+// TestSEP2828V1DigestVectors (issue 15): the API computes the v1
+// authorization-binding projection by name, exactly as the shared vectors
+// say, and fails closed with a stable code on each of their six refusals;
+// the fallback stays the default and can be named too.
+func TestSEP2828V1DigestVectors(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	tok := h.token("any", tokenOK, api.ScopeAuditRead)
+	var v struct {
+		Projection string `json:"projection"`
+		Cases      []struct {
+			ID       string          `json:"id"`
+			Params   json.RawMessage `json:"params"`
+			Expected struct {
+				ProjectionBytes string `json:"projection_bytes"`
+				Digest          string `json:"digest"`
+				Error           string `json:"error"`
+			} `json:"expected"`
+		} `json:"cases"`
+	}
+	decode(t, testvectors.Read(t, "sep2828-v1-authorization-binding.json"), &v)
+	if v.Projection != api.SEP2828V1 || len(v.Cases) != 11 {
+		t.Fatalf("vectors: projection %q, %d cases", v.Projection, len(v.Cases))
+	}
+	codes := map[string]string{
+		"no_binding_fails_closed":         api.CodeAuthorizationBindingMissing,
+		"no_meta_fails_closed":            api.CodeAuthorizationBindingMissing,
+		"empty_nonce_fails_closed":        api.CodeAuthorizationBindingInvalid,
+		"nonce_not_string_fails_closed":   api.CodeAuthorizationBindingInvalid,
+		"binding_not_object_fails_closed": api.CodeAuthorizationBindingInvalid,
+		"missing_arguments_fails_closed":  api.CodeInvalidRequest,
+	}
+	closed := 0
+	for _, c := range v.Cases {
+		resp, body := h.postJSON("/v1/digests/sep2828", tok, `{"projection":"`+v.Projection+`","params":`+string(c.Params)+`}`)
+		if c.Expected.Error != "" {
+			closed++
+			if c.Expected.Error != "fails_closed" || codes[c.ID] == "" {
+				t.Fatalf("%s: unexpected vector error %q", c.ID, c.Expected.Error)
+			}
+			wantError(t, c.ID, resp, body, http.StatusBadRequest, codes[c.ID])
+			if strings.Contains(string(body), "sha256:") {
+				t.Errorf("%s: a refusal carries a digest: %s", c.ID, body)
+			}
+			continue
+		}
+		wantStatus(t, c.ID, resp, body, http.StatusOK)
+		var d map[string]string
+		decode(t, body, &d)
+		if d["digest"] != c.Expected.Digest || d["canonical"] != c.Expected.ProjectionBytes || d["projection"] != api.SEP2828V1 {
+			t.Errorf("%s: got %v, want %s %s", c.ID, d, c.Expected.Digest, c.Expected.ProjectionBytes)
+		}
+	}
+	if closed != 6 {
+		t.Errorf("%d fail-closed cases, want 6", closed)
+	}
+	// The fallback, by default and by name, digests a call without a
+	// binding; an unknown projection is refused.
+	const noBinding = `{"name":"query_table","arguments":{"table":"employees"}}`
+	for _, body := range []string{`{"params":` + noBinding + `}`, `{"projection":"fallback_v0","params":` + noBinding + `}`} {
+		resp, b := h.postJSON("/v1/digests/sep2828", tok, body)
+		wantStatus(t, "fallback", resp, b, http.StatusOK)
+		var d map[string]string
+		decode(t, b, &d)
+		if d["projection"] != api.SEP2828FallbackV0 || d["canonical"] != `{"arguments":{"table":"employees"},"toolName":"query_table"}` {
+			t.Errorf("fallback: %v", d)
+		}
+	}
+	resp, b := h.postJSON("/v1/digests/sep2828", tok, `{"projection":"v2","params":`+noBinding+`}`)
+	wantError(t, "unknown projection", resp, b, http.StatusBadRequest, api.CodeInvalidRequest)
+}
+
 // ---------------------------------------------------------------------------
 // 4. JWKS
 // ---------------------------------------------------------------------------
@@ -960,7 +1033,7 @@ func TestJWKS(t *testing.T) {
 	}
 
 	// Rotate zulu through the API.
-	resp, b = h.postJSON("/v1/keys/zulu/rotate", admin, `{"reason":"test"}`)
+	resp, b = h.postJSON("/v1/keys/zulu/rotate", admin, `{"mode":"now","reason":"test"}`)
 	wantStatus(t, "rotate", resp, b, http.StatusOK)
 	var rr api.RotateResponse
 	decode(t, b, &rr)
@@ -1110,7 +1183,7 @@ func TestConcurrentSignAndRotate(t *testing.T) {
 			for deadline := time.Now().Add(10 * time.Second); signed.Load() < mark+int64(signers) && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
-			status, b, err := post("/v1/keys/alpha/rotate", admin, `{"reason":"concurrency"}`)
+			status, b, err := post("/v1/keys/alpha/rotate", admin, `{"mode":"now","reason":"concurrency"}`)
 			if err != nil || status != http.StatusOK {
 				rotErr <- fmt.Errorf("rotate %d: %d %s %v", r, status, b, err)
 				return
@@ -1241,7 +1314,7 @@ func TestAuthenticatorNilLogger(t *testing.T) {
 // TestServedAtSkew: a node may not backdate or postdate served_at beyond
 // the configured clock skew.
 func TestServedAtSkew(t *testing.T) {
-	h := newHarness(t, harnessOpts{MaxServedAtSkew: 10 * time.Minute})
+	h := newHarness(t, harnessOpts{MaxServedAtSkew: 10 * time.Minute, ClockOffset: -time.Hour})
 	h.createKey("villa", villa, fixedKind)
 	tok := h.token("node", tokenOK, "sign:villa")
 	now := time.Now().UTC()

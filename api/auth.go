@@ -9,11 +9,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/keysvc/keysvc/rotation"
 	"github.com/keysvc/keysvc/store"
 )
 
@@ -29,12 +31,29 @@ const (
 // recognize by secret scanners.
 const TokenPrefix = "ksv_"
 
-// Principal is an authenticated caller.
+// Principal is an authenticated caller: the person (or node) Name, through
+// one credential, TokenID (an API token id, or "cert:<common name>" for a
+// client certificate).
 type Principal struct {
 	TokenID string
 	Name    string
 	Scopes  []string
 }
+
+// ID is the principal's stable id (rotation.PrincipalID of its name): the
+// same for every credential of the person, which is what the two-person
+// rule compares.
+func (p Principal) ID() string { return rotation.PrincipalID(p.Name) }
+
+// principalNameRE is what a new principal name (an API token's name, a
+// client-certificate principal) must match: lower-case ASCII letters,
+// digits and . _ @ -, starting with a letter or digit, at most 64 bytes. No
+// case or look-alike characters can make one person two principals.
+var principalNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._@-]{0,63}$`)
+
+// ValidPrincipalName reports whether name may name a new principal (see
+// principalNameRE).
+func ValidPrincipalName(name string) bool { return principalNameRE.MatchString(name) }
 
 // Allows reports whether p holds scope. Scopes are hierarchical with ":"
 // as separator: "sign:*" covers every "sign:…", and "sign:villa" covers
@@ -52,6 +71,7 @@ func (p Principal) Allows(scope string) bool {
 const (
 	LayerJWS       = "jws"       // POST /v1/keys/{name}/sign and sign:batch (offers, any payload)
 	LayerTransport = "transport" // POST /v1/keys/{name}/mcp-transport and mcp-transport:batch
+	LayerDetached  = "detached"  // POST /v1/keys/{name}/sign:detached (raw signatures over RFC 8785 objects, ADR 0028)
 )
 
 // NewToken returns a fresh random token (shown once) and the record to store:

@@ -22,6 +22,7 @@ import (
 	"github.com/keysvc/keysvc/api"
 	"github.com/keysvc/keysvc/backends"
 	"github.com/keysvc/keysvc/backends/software"
+	"github.com/keysvc/keysvc/internal/pgtest"
 	"github.com/keysvc/keysvc/internal/testvectors"
 	"github.com/keysvc/keysvc/rotation"
 	"github.com/keysvc/keysvc/signer"
@@ -159,14 +160,15 @@ func splitJWS(t *testing.T, jws string) [3]string {
 // clock is a strictly increasing store.Now: no two lifecycle events get the
 // same instant, so "oldest key" and similar orderings are deterministic.
 type clock struct {
-	mu   sync.Mutex
-	last time.Time
+	mu     sync.Mutex
+	last   time.Time
+	offset time.Duration
 }
 
 func (c *clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := store.Now()
+	n := store.Now().Add(c.offset)
 	if !n.After(c.last) {
 		n = c.last.Add(time.Microsecond)
 	}
@@ -187,6 +189,7 @@ type harness struct {
 	priv    ed25519.PrivateKey // the fixed backend's key
 	broken  *brokenBackend
 	logs    *syncBuffer
+	dbPath  string // the SQLite key history
 }
 
 type harnessOpts struct {
@@ -194,7 +197,17 @@ type harnessOpts struct {
 	// MaxServedAtSkew: the vectors' served_at lies months in the past.
 	MaxServedAtSkew time.Duration
 	RateLimit       api.RateLimit
+	PublicRateLimit api.RateLimit
 	Pprof           bool
+	// JWKSMaxAge is the manager's JWKS max-age (0: the default, 5 min).
+	JWKSMaxAge time.Duration
+	// ClockOffset shifts the Manager's clock (key history instants): a
+	// negative offset makes keys exist since before fixed served_at values.
+	ClockOffset time.Duration
+	Tlog        api.TransparencyLog
+	// Postgres keeps key history in a fresh PostgreSQL schema (pgtest)
+	// instead of SQLite.
+	Postgres bool
 }
 
 // syncBuffer is a goroutine-safe log sink.
@@ -219,6 +232,9 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	t.Helper()
 	ctx := context.Background()
 	cfg := store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")}
+	if o.Postgres {
+		cfg = store.Config{PostgresURL: pgtest.URL(t)}
+	}
 	if _, err := store.Migrate(ctx, cfg); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
@@ -238,12 +254,13 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	broken := &brokenBackend{fixedBackend: fixedBackend{priv: priv}}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	clk := &clock{}
+	clk := &clock{offset: o.ClockOffset}
 	mgr := rotation.New(rotation.Config{
-		Store:    st,
-		Backends: []backends.Backend{sw, &fixedBackend{priv: priv}, broken},
-		Now:      clk.Now,
-		Logger:   log,
+		Store:      st,
+		Backends:   []backends.Backend{sw, &fixedBackend{priv: priv}, broken},
+		Now:        clk.Now,
+		Logger:     log,
+		JWKSMaxAge: o.JWKSMaxAge,
 	})
 	if err := mgr.Reload(ctx); err != nil {
 		t.Fatal(err)
@@ -252,7 +269,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if err := auth.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.MaxBodyBytes, MaxServedAtSkew: o.MaxServedAtSkew, RateLimit: o.RateLimit, Pprof: o.Pprof}).Handler()
+	h := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.MaxBodyBytes, MaxServedAtSkew: o.MaxServedAtSkew, RateLimit: o.RateLimit, PublicRateLimit: o.PublicRateLimit, Tlog: o.Tlog, Pprof: o.Pprof}).Handler()
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()
@@ -266,13 +283,13 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 			t.Logf("server log:\n%s", logs.String())
 		}
 	})
-	return &harness{t: t, store: st, mgr: mgr, auth: auth, handler: h, srv: srv, priv: priv, broken: broken, logs: logs}
+	return &harness{t: t, store: st, mgr: mgr, auth: auth, handler: h, srv: srv, priv: priv, broken: broken, logs: logs, dbPath: cfg.SQLitePath}
 }
 
 // createKey creates a key through the Manager (not the API).
 func (h *harness) createKey(name, issuer, backend string) {
 	h.t.Helper()
-	_, _, err := h.mgr.CreateKey(context.Background(), rotation.CreateKeyRequest{Name: name, Issuer: issuer, Backend: backend},
+	_, _, err := h.mgr.CreateKey(context.Background(), rotation.CreateKeyRequest{Name: name, Issuer: issuer, Backend: backend, ShareIssuer: true},
 		rotation.Actor{Name: "test", Reason: "setup"})
 	if err != nil {
 		h.t.Fatalf("create key %s: %v", name, err)
@@ -326,6 +343,7 @@ type request struct {
 	ctype  string // Content-Type; "" for none
 	body   []byte
 	header map[string]string
+	host   string // the Host header; "" for the server's address
 	// chunked sends the body with an unknown length (Transfer-Encoding: chunked).
 	chunked bool
 }
@@ -348,6 +366,9 @@ func (h *harness) do(r request) (*http.Response, []byte) {
 	}
 	if r.chunked {
 		req.ContentLength = -1
+	}
+	if r.host != "" {
+		req.Host = r.host
 	}
 	if r.auth != "" {
 		req.Header.Set("Authorization", r.auth)

@@ -123,7 +123,7 @@ func TestLifecycleAuthMatrix(t *testing.T) {
 		{"rotate scheduled", http.MethodPost, func() string { noPending(); return "/v1/keys/alpha/rotate" },
 			`{"mode":"scheduled","reason":"matrix"}`, 200, adminOK, adminNo},
 		{"activate", http.MethodPost, func() string { return "/v1/versions/" + pendingKID() + "/activate" },
-			`{"reason":"matrix"}`, 200, adminOK, adminNo},
+			`{"reason":"matrix","emergency":true}`, 200, adminOK, adminNo},
 		{"revoke", http.MethodPost, func() string { return "/v1/versions/" + retiredKID() + "/revoke" },
 			revokeBody(pastRFC3339(time.Hour), "matrix"), 200,
 			map[string]string{"admin:revoke": revoker, "all": all},
@@ -420,7 +420,21 @@ func TestLifecycleDocuments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{"/v1/keys/villa/history.json", api.WellKnownHistory} {
+	// The well-known document is the issuer's: both keys of villa's issuer
+	// (by name), not example.com's.
+	tkey, err := h.store.GetKey(bg, "transport")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIssuer, err := jwksserve.BuildIssuerHistory(villa, []jwksserve.KeyVersions{
+		{Key: tkey, Versions: h.versionsOf("transport")}, {Key: key, Versions: h.versionsOf("villa")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, _ := h.getDoc(t, api.WellKnownHistory); !bytes.Equal(body, wantIssuer.Body) {
+		t.Errorf("%s:\n%s\nwant\n%s", api.WellKnownHistory, body, wantIssuer.Body)
+	}
+	for _, path := range []string{"/v1/keys/villa/history.json"} {
 		body, etag := h.getDoc(t, path)
 		if !bytes.Equal(body, want.Body) || etag != want.ETag {
 			t.Errorf("%s:\n%s\nwant\n%s", path, body, want.Body)
@@ -436,10 +450,10 @@ func TestLifecycleDocuments(t *testing.T) {
 	}
 	var hist jwksserve.History
 	decode(t, want.Body, &hist)
-	if hist.Issuer != villa || hist.Key != "villa" || len(hist.Keys) != 2 {
+	if hist.Issuer != villa || hist.Key != "villa" || len(hist.Keys) != 1 || len(hist.Revoked) != 1 {
 		t.Fatalf("history %s", want.Body)
 	}
-	r, a := hist.Keys[0], hist.Keys[1]
+	r, a := hist.Revoked[0], hist.Keys[0]
 	if r.KID != v1 || r.Status != "revoked" || r.CompromisedAt != wantComp || r.RevocationReason != "backup disk stolen" ||
 		r.Backend != software.Kind || r.NotBefore == "" || r.NotAfter != rr.Retired.NotAfter || r.NotAfter != a.NotBefore {
 		t.Errorf("revoked history entry %+v", r)
@@ -583,13 +597,28 @@ func TestPlainJOSEVerifierFailsClosed(t *testing.T) {
 	var doc jwksserve.History
 	decode(t, hist, &doc)
 	found := false
-	for _, e := range doc.Keys {
+	for _, e := range doc.Revoked {
 		if e.KID == old.KID {
 			found = e.Status == "revoked" && e.CompromisedAt != "" && e.RevocationReason == "HSM backup leaked"
 		}
 	}
 	if !found {
-		t.Errorf("key history lacks the revoked %s with its metadata:\n%s", old.KID, hist)
+		t.Errorf("key history lacks the revoked %s with its metadata under vrp_revoked_keys:\n%s", old.KID, hist)
+	}
+	// ... and a plain JOSE library reading the history document as a JWKS
+	// (RFC 7517 §5: its keys member) cannot verify with it (ADR 0027).
+	var asJWKS jose.JSONWebKeySet
+	if err := json.Unmarshal(hist, &asJWKS); err != nil {
+		t.Fatalf("history as a JWKS: %v", err)
+	}
+	if got := asJWKS.Key(old.KID); len(got) != 0 {
+		t.Fatalf("the key history offers the revoked %s to a plain JOSE verifier under keys", old.KID)
+	}
+	if _, err := verify(asJWKS, old.JWS); err == nil {
+		t.Fatalf("a plain JOSE verifier accepted a signature of the revoked %s through the key history", old.KID)
+	}
+	if p, err := verify(asJWKS, fresh.JWS); err != nil || string(p) != `{"offer":"after"}` {
+		t.Fatalf("replacement signature through the key history: %q, %v", p, err)
 	}
 }
 

@@ -35,7 +35,7 @@ type metrics struct {
 
 var latencyBuckets = []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1}
 
-func newMetrics(m *rotation.Manager, st store.Store) *metrics {
+func newMetrics(m *rotation.Manager, st store.Store, b BuildInfo) *metrics {
 	reg := prometheus.NewRegistry()
 	x := &metrics{
 		reg: reg,
@@ -55,6 +55,13 @@ func newMetrics(m *rotation.Manager, st store.Store) *metrics {
 	reg.MustRegister(x.signRequests, x.signDuration, x.backendCall, x.docRequests,
 		&keyCollector{m: m}, &auditCollector{st: st},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if b.Version != "" {
+		bi := prometheus.NewGauge(prometheus.GaugeOpts{Name: "keysvc_build_info",
+			Help:        "Always 1; the labels describe the running binary (module version, VCS revision, Go version), as keysvc version prints them.",
+			ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "go_version": b.GoVersion}})
+		bi.Set(1)
+		reg.MustRegister(bi)
+	}
 	return x
 }
 
@@ -102,6 +109,12 @@ var (
 		"Seconds until a retired version leaves the plain JWKS under its key's retention (it stays in the key history).", []string{"key", "kid"}, nil)
 	versionsDesc = prometheus.NewDesc("keysvc_key_versions",
 		"Key versions by lifecycle state.", []string{"key", "state"}, nil)
+	leaseDesc = prometheus.NewDesc("keysvc_signing_lease_remaining_seconds",
+		"Seconds left of this replica's signing lease (ADR 0014); at or below zero it refuses to sign (key_history_stale).", nil, nil)
+	failuresDesc = prometheus.NewDesc("keysvc_background_failures_total",
+		"Failed background attempts by loop: reload (key history reads), probe (freshness probes), scheduler (scheduled transitions, per key), load (private halves), held (activations held), commit_deadline (transactions retried with a later activation).", []string{"loop"}, nil)
+	loadFailingDesc = prometheus.NewDesc("keysvc_version_load_failing",
+		"1 for a key version whose private half this replica cannot load now (state active, armed or pending).", []string{"key", "kid", "state"}, nil)
 )
 
 func (k *keyCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -109,13 +122,35 @@ func (k *keyCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- nextRotationDesc
 	ch <- versionsDesc
 	ch <- retentionDesc
+	ch <- leaseDesc
+	ch <- failuresDesc
+	ch <- loadFailingDesc
 }
 
 func (k *keyCollector) Collect(ch chan<- prometheus.Metric) {
 	ring := k.m.Keyring()
 	now := time.Now()
+	if k.m.PropagationBound() > 0 {
+		ch <- prometheus.MustNewConstMetric(leaseDesc, prometheus.GaugeValue, k.m.LeaseUntil().Sub(now).Seconds())
+	}
+	st := k.m.Stats()
+	for _, c := range []struct {
+		loop string
+		n    int64
+	}{{"reload", st.ReloadFailures.Load()}, {"probe", st.ProbeFailures.Load()}, {"scheduler", st.SchedulerFailures.Load()},
+		{"load", st.LoadFailures.Load()}, {"held", st.HeldActivations.Load()}, {"commit_deadline", st.CommitDeadlines.Load()}} {
+		ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(c.n), c.loop)
+	}
 	for _, name := range ring.SortedNames() {
 		e := ring.Keys[name]
+		for _, f := range []struct {
+			kid, state string
+			err        error
+		}{{activeKID(e), "active", e.LoadErr}, {e.NextKID, "armed", e.NextErr}, {e.PendingKID, "pending", e.PendingErr}} {
+			if f.kid != "" && f.err != nil {
+				ch <- prometheus.MustNewConstMetric(loadFailingDesc, prometheus.GaugeValue, 1, name, f.kid, f.state)
+			}
+		}
 		counts := map[store.KeyState]int{}
 		for _, v := range e.Versions {
 			counts[v.State]++
@@ -174,4 +209,14 @@ func statusLabel(code int) string {
 		return "304"
 	}
 	return strconv.Itoa(code)
+}
+
+// activeKID is the kid of e's active version, "" when none.
+func activeKID(e *rotation.KeyEntry) string {
+	for _, v := range e.Versions {
+		if v.State == store.StateActive {
+			return v.KID
+		}
+	}
+	return ""
 }

@@ -664,7 +664,8 @@ func oaKID(t *testing.T, vs []api.VersionInfo, status string) string {
 // TestOpenAPILive drives every route through its happy path and the main
 // error answers, validating each request and answer against the document.
 func TestOpenAPILive(t *testing.T) {
-	l := newOALive(t, harnessOpts{})
+	tl := newFakeTlog()
+	l := newOALive(t, harnessOpts{Tlog: tl})
 	admin := l.token("admin", api.ScopeAdminKeys)
 	off1 := l.token("officer-1", api.ScopeAdminRevoke)
 	off2 := l.token("officer-2", api.ScopeAdminRevoke)
@@ -732,6 +733,10 @@ func TestOpenAPILive(t *testing.T) {
 		{"sign batch, no items", jsonReq(P, "/v1/keys/villa/sign:batch", node, `{"items":[]}`), 400, api.CodeInvalidRequest, true},
 		{"sign batch, unknown envelope member", jsonReq(P, "/v1/keys/villa/sign:batch", node, `{"items":[{"payload":{}}],"more":1}`), 400, "unknown_field", true},
 		{"transport batch, other key's token", jsonReq(P, "/v1/keys/alpha/mcp-transport:batch", node, `{"items":[{"tool":"t","arguments":{}}]}`), 403, api.CodeForbidden, true},
+		{"sign detached", jsonReq(P, "/v1/keys/alpha/sign:detached", nodeAll, `{"payload":{"version":1,"alg":"ES256"}}`), 200, "", false},
+		{"sign detached, not an object", jsonReq(P, "/v1/keys/alpha/sign:detached", nodeAll, `{"payload":"e30"}`), 400, api.CodeInvalidRequest, true},
+		{"digest SEP-2828 v1", jsonReq(P, "/v1/digests/sep2828", other, `{"projection":"tools_call_params_plus_meta_authorization_binding_v1","params":{"name":"t","arguments":{},"_meta":{"authorization_binding":{"nonce":"n"}}}}`), 200, "", false},
+		{"digest SEP-2828 v1, no binding", jsonReq(P, "/v1/digests/sep2828", other, `{"projection":"tools_call_params_plus_meta_authorization_binding_v1","params":{"name":"t","arguments":{}}}`), 400, api.CodeAuthorizationBindingMissing, false},
 		{"digest arguments", jsonReq(P, "/v1/digests/mcp-arguments", other, `{"arguments":{"checkIn":"2026-09-02","guests":2}}`), 200, "", false},
 		{"digest SEP-2828", jsonReq(P, "/v1/digests/sep2828", other, `{"params":{"name":"get_verified_stay_offer","arguments":{"guests":2},"_meta":{"progressToken":1,"authorization_binding":{"sub":"x"}}}}`), 200, "", false},
 		{"sign, duplicate member", jsonReq(P, "/v1/keys/villa/sign", node, `{"payload":{"a":1},"payload":{"a":2}}`), 400, "duplicate_key", false},
@@ -770,10 +775,13 @@ func TestOpenAPILive(t *testing.T) {
 	}
 	pending := oaKID(t, l.versions("villa", admin), "pending")
 	for _, c := range []oaCall{
-		{"activate", plainReq(P, "/v1/versions/"+pending+"/activate", admin), 200, "", false},
+		{"activate too early", plainReq(P, "/v1/versions/"+pending+"/activate", admin), 409, api.CodeActivationTooEarly, false},
+		{"activate, emergency without a reason", jsonReq(P, "/v1/versions/"+pending+"/activate", admin, `{"emergency":true}`), 400, api.CodeInvalidRequest, false},
+		{"activate (emergency)", jsonReq(P, "/v1/versions/"+pending+"/activate", admin, `{"reason":"INC-3","emergency":true}`), 200, "", false},
 		{"activate twice", jsonReq(P, "/v1/versions/"+pending+"/activate", admin, `{"reason":"again"}`), 409, api.CodeInvalidTransition, false},
 		{"activate unknown version", plainReq(P, "/v1/versions/"+villa+"-2000-01-01-01/activate", admin), 404, api.CodeVersionNotFound, false},
-		{"rotate now, no body", plainReq(P, "/v1/keys/villa/rotate", admin), 200, "", false},
+		{"rotate, no body", plainReq(P, "/v1/keys/villa/rotate", admin), 400, api.CodeInvalidRequest, true},
+		{"rotate, no mode", jsonReq(P, "/v1/keys/villa/rotate", admin, `{"reason":"x"}`), 400, api.CodeInvalidRequest, true},
 		{"rotate now", jsonReq(P, "/v1/keys/villa/rotate", admin, `{"mode":"now","reason":"emergency"}`), 200, "", false},
 	} {
 		l.send(c)
@@ -783,7 +791,7 @@ func TestOpenAPILive(t *testing.T) {
 		{"backend, unknown", jsonReq(http.MethodPut, "/v1/keys/villa/backend", admin, `{"backend":"nope"}`), 400, api.CodeInvalidRequest, false},
 		{"backend, missing", jsonReq(http.MethodPut, "/v1/keys/villa/backend", admin, `{"reason":"x"}`), 400, api.CodeInvalidRequest, true},
 		{"backend, unknown key", jsonReq(http.MethodPut, "/v1/keys/nope/backend", admin, `{"backend":"software"}`), 404, api.CodeKeyNotFound, false},
-		{"rotate into the new backend", plainReq(P, "/v1/keys/villa/rotate", admin), 200, "", false},
+		{"rotate into the new backend", jsonReq(P, "/v1/keys/villa/rotate", admin, `{"mode":"now"}`), 200, "", false},
 	} {
 		l.send(c)
 	}
@@ -853,6 +861,10 @@ func TestOpenAPILive(t *testing.T) {
 		{"audit, without audit:read", plainReq(G, "/v1/audit", admin), 403, api.CodeForbidden, true},
 		{"metrics", plainReq(G, "/metrics", ""), 200, "", false},
 		{"readyz with keys", plainReq(G, "/readyz", ""), 200, "", false},
+		{"tlog proof", plainReq(G, "/v1/tlog/proof?jws="+tl.first(), node), 200, "", false},
+		{"tlog proof, not logged", plainReq(G, "/v1/tlog/proof?jws="+tl.first()+"x", node), 404, api.CodeTlogNotFound, false},
+		{"tlog proof, other key's token", plainReq(G, "/v1/tlog/proof?jws="+tl.first(), other), 403, api.CodeForbidden, false},
+		{"tlog proof, no jws", plainReq(G, "/v1/tlog/proof", node), 400, api.CodeInvalidRequest, true},
 	} {
 		l.send(c)
 	}
@@ -911,6 +923,7 @@ var oaSampleBodies = map[string]string{
 	"signMCPTransport":      `{"tool":"t","arguments":{}}`,
 	"signBatch":             `{"items":[{"payload":{}}]}`,
 	"signMCPTransportBatch": `{"items":[{"tool":"t","arguments":{}}]}`,
+	"signDetached":          `{"payload":{}}`,
 	"digestMCPArguments":    `{"arguments":{}}`,
 	"digestSEP2828":         `{"params":{"name":"t","arguments":{}}}`,
 	"createKey":             `{"name":"fresh","issuer":"fresh.example"}`,
@@ -920,6 +933,11 @@ var oaSampleBodies = map[string]string{
 	"activateVersion":       `{}`,
 	"revokeVersion":         `{"compromised_at":"2026-01-01T00:00:00Z","reason":"r"}`,
 	"destroyVersion":        `{"reason":"r"}`,
+}
+
+// oaSampleQueries are document-valid query strings per operation.
+var oaSampleQueries = map[string]string{
+	"tlogProof": "jws=eyJraWQiOiJ4In0.e30.c2ln",
 }
 
 // TestOpenAPIAuthMatrix: every operation with a security requirement
@@ -936,6 +954,9 @@ func TestOpenAPIAuthMatrix(t *testing.T) {
 		mk := func(tok string) request {
 			if body, ok := oaSampleBodies[op.Op.OperationID]; ok {
 				return jsonReq(op.Method, path, tok, body)
+			}
+			if q, ok := oaSampleQueries[op.Op.OperationID]; ok {
+				return plainReq(op.Method, path+"?"+q, tok)
 			}
 			return plainReq(op.Method, path, tok)
 		}

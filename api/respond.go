@@ -44,10 +44,19 @@ func writeJSON(c echo.Context, status int, v jsonAppender) error {
 }
 
 // appendString appends s as a JSON string. Invalid UTF-8 (which the strict
-// decoder keeps out of every input) would be written as U+FFFD.
+// decoder keeps out of every input) would be written as U+FFFD. Printable
+// ASCII without '"' and '\\' — every JWS, kid and alg — needs no escape
+// and is copied as it is; anything else goes through jsontext.AppendQuote.
 func appendString(b []byte, s string) []byte {
-	b, _ = jsontext.AppendQuote(b, s)
-	return b
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x7f {
+			b, _ = jsontext.AppendQuote(b, s)
+			return b
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // appendMember appends `"name":"value"`, preceded by a comma unless first.
@@ -160,7 +169,9 @@ func (o *observerCache[T]) get(resolve func(...string) T, labels ...string) T {
 	if o.m == nil {
 		o.m = map[[4]string]T{}
 	}
-	v = resolve(labels...)
+	// A copy, so that the caller's variadic labels do not escape (the
+	// fast path above then allocates nothing).
+	v = resolve(append([]string(nil), labels...)...)
 	o.m[k] = v
 	return v
 }

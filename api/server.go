@@ -1,7 +1,9 @@
 // Package api is keysvc's HTTP surface, built on echo: the public
 // endpoints (JWKS, health), the signing API and the admin API. Handlers
 // translate HTTP to package rotation and signer calls; the signing path
-// reads only the in-memory Keyring.
+// reads only the in-memory Keyring, and with a transparency log waits for
+// its signatures' outbox commit before answering (TransparencyLog, ADR
+// 0015).
 //
 // Every error is JSON {"error":{"code":"...","message":"..."}} with a
 // stable code (see the Code* constants) and the matching HTTP status.
@@ -9,6 +11,8 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/asn1"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -18,12 +22,14 @@ import (
 	mrand "math/rand/v2"
 	"mime"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keysvc/keysvc/backends"
 	"github.com/keysvc/keysvc/internal/strictjson"
@@ -36,32 +42,58 @@ import (
 // Stable error codes of the HTTP API (besides the strictjson.Code* codes
 // for malformed bodies).
 const (
-	CodeUnauthorized         = "unauthorized"           // 401: no or unknown/expired/revoked token
-	CodeForbidden            = "forbidden"              // 403: token lacks the scope
-	CodeNotFound             = "not_found"              // 404: no such route
-	CodeKeyNotFound          = "key_not_found"          // 404: no such key
-	CodeMethodNotAllowed     = "method_not_allowed"     // 405
-	CodeUnsupportedMediaType = "unsupported_media_type" // 415: body is not application/json
-	CodeBodyTooLarge         = "body_too_large"         // 413
-	CodeInvalidRequest       = "invalid_request"        // 400: a field has a bad value
-	CodeArgumentKeyCollision = "argument_key_collision" // 400: camelCase/snake_case keys collide
-	CodeKeyExists            = "key_exists"             // 409
-	CodeVersionNotFound      = "version_not_found"      // 404: no key version with that kid
-	CodeInvalidTransition    = "invalid_transition"     // 409: lifecycle forbids it (e.g. revoke twice)
-	CodePendingExists        = "pending_exists"         // 409: a scheduled rotation is already pending
-	CodeNoActiveVersion      = "no_active_version"      // 503: key cannot sign right now
-	CodeBackendUnavailable   = "backend_unavailable"    // 503
-	CodeBackendThrottled     = "backend_throttled"      // 503: backend rate limit; retry with backoff
-	CodeKeyDisabled          = "key_disabled"           // 503: the backend refuses to use the key
-	CodeMessageTooLarge      = "message_too_large"      // 413: signing input over the backend's limit
-	CodeRateLimited          = "rate_limited"           // 429: per-token rate limit; see Retry-After
-	CodeBatchTooLarge        = "batch_too_large"        // 400: more items than MaxBatchItems
-	CodeApprovalRequired     = "approval_required"      // 409: two-person rule; use the approval flow
-	CodeApprovalNotFound     = "approval_not_found"     // 404
-	CodeSamePrincipal        = "same_principal"         // 403: the approver asked for the change
-	CodeApprovalPending      = "approval_pending"       // 409: the same change already awaits approval
-	CodeInternal             = "internal"               // 500: details only in the server log
+	CodeUnauthorized         = "unauthorized"                   // 401: no or unknown/expired/revoked token
+	CodeForbidden            = "forbidden"                      // 403: token lacks the scope
+	CodeNotFound             = "not_found"                      // 404: no such route
+	CodeKeyNotFound          = "key_not_found"                  // 404: no such key
+	CodeMethodNotAllowed     = "method_not_allowed"             // 405
+	CodeUnsupportedMediaType = "unsupported_media_type"         // 415: body is not application/json
+	CodeBodyTooLarge         = "body_too_large"                 // 413
+	CodeInvalidRequest       = "invalid_request"                // 400: a field has a bad value
+	CodeArgumentKeyCollision = "argument_key_collision"         // 400: camelCase/snake_case keys collide
+	CodeKeyExists            = "key_exists"                     // 409
+	CodeVersionNotFound      = "version_not_found"              // 404: no key version with that kid
+	CodeInvalidTransition    = "invalid_transition"             // 409: lifecycle forbids it (e.g. revoke twice)
+	CodePendingExists        = "pending_exists"                 // 409: a scheduled rotation is already pending
+	CodeNoActiveVersion      = "no_active_version"              // 503: key cannot sign right now
+	CodeBackendUnavailable   = "backend_unavailable"            // 503
+	CodeBackendThrottled     = "backend_throttled"              // 503: backend rate limit; retry with backoff
+	CodeKeyDisabled          = "key_disabled"                   // 503: the backend refuses to use the key
+	CodeMessageTooLarge      = "message_too_large"              // 413: signing input over the backend's limit
+	CodeRateLimited          = "rate_limited"                   // 429: per-token rate limit; see Retry-After
+	CodeBatchTooLarge        = "batch_too_large"                // 400: more items than MaxBatchItems
+	CodeApprovalRequired     = "approval_required"              // 409: two-person rule; use the approval flow
+	CodeApprovalNotFound     = "approval_not_found"             // 404
+	CodeSamePrincipal        = "same_principal"                 // 403: the approver asked for the change
+	CodeApprovalPending      = "approval_pending"               // 409: the same change already awaits approval
+	CodeLayerMismatch        = "layer_mismatch"                 // 400: /sign asked to sign another layer's payload or typ (ADR 0013)
+	CodeActivationTooEarly   = "activation_too_early"           // 409: a pending version not yet published longer than the JWKS max-age
+	CodeIssuerInUse          = "issuer_in_use"                  // 409: another key has the issuer; share_issuer to join it
+	CodeKeyHistoryStale      = "key_history_stale"              // 503: this replica cannot confirm its key history is current (ADR 0014); retry on another replica
+	CodeKeyHistoryNotBacked  = "key_history_not_backed"         // 409: the transparency log does not back the key's signing version as stored (ADR 0016)
+	CodeServedAtNotSignable  = "served_at_not_signable"         // 409: the key version keysvc may sign with now is not the one whose window holds served_at
+	CodeActivationHeld       = "activation_held"                // 503: the new version's private half cannot be loaded here; nothing switched
+	CodeIdempotencyKeyReused = "idempotency_key_reused"         // 422: the Idempotency-Key was used with another request
+	CodeIdempotencyInFlight  = "idempotency_in_flight"          // 409: a request with this Idempotency-Key is still running; retry later
+	CodeIdempotencyLost      = "idempotency_outcome_unrecorded" // 409: the request with this key committed but its response was not recorded
+	CodeInternal             = "internal"                       // 500: details only in the server log
+	// SEP-2828 projection tools_call_params_plus_meta_authorization_binding_v1
+	// fails closed (POST /v1/digests/sep2828, issue 15):
+	CodeAuthorizationBindingMissing = "authorization_binding_missing" // 400: no _meta.authorization_binding
+	CodeAuthorizationBindingInvalid = "authorization_binding_invalid" // 400: binding not an object, or nonce not a non-empty string
 )
+
+// SEP-2828 projections POST /v1/digests/sep2828 computes, by the name its
+// projection member gives.
+const (
+	SEP2828FallbackV0 = "fallback_v0"              // {arguments, authBinding?, toolName}; the default
+	SEP2828V1         = signer.SEP2828V1Projection // {projection, name, arguments, authorizationBinding}; fails closed
+)
+
+// DefaultMaxValidFor is the default upper bound of an attestation's
+// valid_for. The rotation manager's MinRetention must cover it plus the
+// served_at skew (serve wires both).
+const DefaultMaxValidFor = 24 * time.Hour
 
 // Config configures a Server.
 type Config struct {
@@ -70,7 +102,7 @@ type Config struct {
 	Store        store.Store
 	Logger       *slog.Logger
 	MaxBodyBytes int64         // default 64 KiB
-	MaxValidFor  time.Duration // upper bound of valid_for; default 24h
+	MaxValidFor  time.Duration // upper bound of valid_for; default DefaultMaxValidFor
 	DefaultValid time.Duration // valid_for when absent; default 1h
 	// MaxServedAtSkew bounds how far a caller-given served_at may lie from
 	// the server's clock, either way (default 5m).
@@ -80,26 +112,81 @@ type Config struct {
 	// MaxBatchBodyBytes bounds a batch request body (default MaxBatchItems
 	// times MaxBodyBytes, at most 8 MiB).
 	MaxBatchBodyBytes int64
-	// ClientPrincipals maps the subject common name of a verified TLS
-	// client certificate (mutual TLS on the listener) to a principal, for
-	// requests without a bearer token.
-	ClientPrincipals map[string]Principal
-	// RateLimit bounds requests per principal; zero value: unlimited.
+	// ClientPrincipals map verified TLS client certificates (mutual TLS on
+	// a listener) to principals, for requests without a bearer token. A
+	// certificate maps only on the listener and through the CA its entry
+	// names (see ClientPrincipal).
+	ClientPrincipals []ClientPrincipal
+	// RateLimit bounds requests per principal, a batch counting one per
+	// item; zero value: unlimited.
 	RateLimit RateLimit
+	// PublicRateLimit bounds unauthenticated work, in one bucket shared by
+	// every client: requests for the public documents (JWKS, key history,
+	// did:web) and requests whose authentication fails (they answer 429
+	// rate_limited instead of 401 once it is spent), so that floods of
+	// either cannot take the signing path's CPU. /healthz and /readyz are
+	// not limited. Zero value: unlimited.
+	PublicRateLimit RateLimit
+	// Tlog, when set, records every JWS the signing API issues for the
+	// transparency log before the response is written, and answers
+	// GET /v1/tlog/proof (issue 12, ADR 0015).
+	Tlog TransparencyLog
 	// Pprof serves the runtime profiles of net/http/pprof under
 	// /debug/pprof/ on the admin surface, for a token with admin:keys. Off
 	// by default: a CPU profile costs the signing path while it runs.
 	Pprof bool
+	// AdminWriteTimeout is the write deadline of admin mutations (default
+	// 2 minutes), longer than the listener's, so that a slow change still
+	// answers (see mutation).
+	AdminWriteTimeout time.Duration
+	// MCP, when set, is served at /mcp on the public surface, every HTTP
+	// method (package mcpserve: the anonymous, read-only MCP endpoint).
+	MCP http.Handler
+	// Build describes the running binary: /healthz answers it and the
+	// keysvc_build_info gauge carries it as labels (issue 16).
+	Build BuildInfo
 	Now   func() time.Time
 }
+
+// BuildInfo is what a binary knows about its build (runtime/debug
+// ReadBuildInfo): the main module version ("(devel)" for a build in a
+// checkout), the VCS revision ("+dirty" when the tree had local changes)
+// and commit time (RFC 3339), the Go version and the build flags that
+// change the binary ("-race=true", "CGO_ENABLED=1", ...).
+type BuildInfo struct {
+	Version   string   `json:"version"`
+	Revision  string   `json:"revision"`
+	Time      string   `json:"time"`
+	GoVersion string   `json:"go_version"`
+	Flags     []string `json:"flags,omitempty"`
+}
+
+// ClientPrincipal maps client certificates to a principal. A certificate
+// maps when the request came through the listener named Listener (see
+// HandlerForListener), its chain, as the TLS stack verified it against that
+// listener's client CA, ends at the CA certificate whose DER has SHA-256
+// CASHA256, and its subject has exactly one common name, CommonName
+// (issue 13: a certificate from another listener's CA, or with a second CN,
+// cannot take an officer's name).
+type ClientPrincipal struct {
+	Listener   string // "sign" or "admin"
+	CASHA256   string // lower-case hex SHA-256 of the CA certificate's DER
+	CommonName string
+	Principal  Principal // Name and Scopes; TokenID is set per request ("cert:<CommonName>")
+}
+
+// certKey indexes ClientPrincipals.
+type certKey struct{ listener, ca, cn string }
 
 // Server serves the API.
 type Server struct {
 	cfg      Config
 	echo     *echo.Echo
 	limits   *limiters
+	public   *limiters // PublicRateLimit, one bucket (id "")
 	surfaces map[routeKey]Surface
 	metrics  *metrics
+	certs    map[certKey]Principal
 }
 
 // New builds the echo router with every route.
@@ -108,7 +195,7 @@ func New(cfg Config) *Server {
 		cfg.MaxBodyBytes = 64 << 10
 	}
 	if cfg.MaxValidFor <= 0 {
-		cfg.MaxValidFor = 24 * time.Hour
+		cfg.MaxValidFor = DefaultMaxValidFor
 	}
 	if cfg.DefaultValid <= 0 {
 		cfg.DefaultValid = time.Hour
@@ -128,11 +215,24 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if mr := cfg.Manager.MinRetention(); mr > 0 && cfg.MaxValidFor+cfg.MaxServedAtSkew > mr {
+		cfg.Logger.Warn("attestations may outlive the minimum retention: a retired key version could leave the JWKS while receipts it signed are valid",
+			"max_valid_for", cfg.MaxValidFor, "max_served_at_skew", cfg.MaxServedAtSkew, "min_retention", mr)
+	}
+	if cfg.AdminWriteTimeout <= 0 {
+		cfg.AdminWriteTimeout = 2 * time.Minute
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
-	s := &Server{cfg: cfg, echo: e, limits: newLimiters(cfg.RateLimit), surfaces: map[routeKey]Surface{},
-		metrics: newMetrics(cfg.Manager, cfg.Store)}
+	s := &Server{cfg: cfg, echo: e, limits: newLimiters(cfg.RateLimit), public: newLimiters(cfg.PublicRateLimit), surfaces: map[routeKey]Surface{},
+		metrics: newMetrics(cfg.Manager, cfg.Store, cfg.Build), certs: map[certKey]Principal{}}
+	for _, cp := range cfg.ClientPrincipals {
+		s.certs[certKey{cp.Listener, strings.ToLower(cp.CASHA256), cp.CommonName}] = cp.Principal
+	}
+	if col, ok := cfg.Tlog.(prometheus.Collector); ok {
+		s.metrics.reg.MustRegister(col)
+	}
 	// Every response carries X-Request-Id (the caller's, if it sent a sane
 	// one); error logs name it so an operator can match a client report.
 	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{
@@ -147,37 +247,46 @@ func New(cfg Config) *Server {
 	// Public: no auth, cacheable, served from memory.
 	s.route(SurfaceAll, http.MethodGet, "/healthz", s.healthz)
 	s.route(SurfaceAll, http.MethodGet, "/readyz", s.readyz)
-	s.route(SurfacePublic, http.MethodGet, "/.well-known/jwks.json", s.defaultJWKS)
-	s.route(SurfacePublic, http.MethodHead, "/.well-known/jwks.json", s.defaultJWKS)
-	s.route(SurfacePublic, http.MethodGet, "/v1/keys/:name/jwks.json", s.keyJWKS)
-	s.route(SurfacePublic, http.MethodHead, "/v1/keys/:name/jwks.json", s.keyJWKS)
-	s.route(SurfacePublic, http.MethodGet, "/v1/keys/:name/history.json", s.keyHistory)
-	s.route(SurfacePublic, http.MethodHead, "/v1/keys/:name/history.json", s.keyHistory)
-	s.route(SurfacePublic, http.MethodGet, WellKnownHistory, s.defaultHistory)
-	s.route(SurfacePublic, http.MethodHead, WellKnownHistory, s.defaultHistory)
-	s.route(SurfacePublic, http.MethodGet, "/.well-known/did.json", s.didDocument)
-	s.route(SurfacePublic, http.MethodHead, "/.well-known/did.json", s.didDocument)
+	pub := s.publicLimit
+	s.route(SurfacePublic, http.MethodGet, "/.well-known/jwks.json", s.defaultJWKS, pub)
+	s.route(SurfacePublic, http.MethodHead, "/.well-known/jwks.json", s.defaultJWKS, pub)
+	s.route(SurfacePublic, http.MethodGet, "/v1/keys/:name/jwks.json", s.keyJWKS, pub)
+	s.route(SurfacePublic, http.MethodHead, "/v1/keys/:name/jwks.json", s.keyJWKS, pub)
+	s.route(SurfacePublic, http.MethodGet, "/v1/keys/:name/history.json", s.keyHistory, pub)
+	s.route(SurfacePublic, http.MethodHead, "/v1/keys/:name/history.json", s.keyHistory, pub)
+	s.route(SurfacePublic, http.MethodGet, WellKnownHistory, s.defaultHistory, pub)
+	s.route(SurfacePublic, http.MethodHead, WellKnownHistory, s.defaultHistory, pub)
+	s.route(SurfacePublic, http.MethodGet, "/.well-known/did.json", s.didDocument, pub)
+	s.route(SurfacePublic, http.MethodHead, "/.well-known/did.json", s.didDocument, pub)
+	if cfg.MCP != nil {
+		mcpHandler := echo.WrapHandler(cfg.MCP)
+		for _, m := range []string{http.MethodPost, http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodPut, http.MethodPatch, http.MethodOptions} {
+			s.route(SurfacePublic, m, "/mcp", mcpHandler)
+		}
+	}
 
 	// Signing API.
 	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/sign", s.sign, s.instrumentSign("jws"), s.requireSignScope(LayerJWS))
 	s.route(SurfaceSign, http.MethodPost, "/v1/keys/:name/mcp-transport", s.mcpTransport, s.instrumentSign("transport"), s.requireSignScope(LayerTransport))
 	s.route(SurfaceSign, http.MethodPost, `/v1/keys/:name/sign\:batch`, s.signBatch, s.instrumentSign("jws-batch"), s.requireSignScope(LayerJWS))
+	s.route(SurfaceSign, http.MethodPost, `/v1/keys/:name/sign\:detached`, s.signDetached, s.instrumentSign("detached"), s.requireSignScope(LayerDetached))
 	s.route(SurfaceSign, http.MethodPost, `/v1/keys/:name/mcp-transport\:batch`, s.transportBatch, s.instrumentSign("transport-batch"), s.requireSignScope(LayerTransport))
 	s.route(SurfaceSign, http.MethodPost, "/v1/digests/mcp-arguments", s.digestArguments, s.requireAnyToken())
 	s.route(SurfaceSign, http.MethodPost, "/v1/digests/sep2828", s.digestSEP2828, s.requireAnyToken())
+	s.route(SurfaceSign, http.MethodGet, "/v1/tlog/proof", s.tlogProof, s.requireAnyToken())
 
 	// Admin API.
 	s.route(SurfaceAdmin, http.MethodGet, "/v1/keys", s.listKeys, s.requireScope(ScopeAdminKeys))
-	s.route(SurfaceAdmin, http.MethodPost, "/v1/keys", s.createKey, s.requireScope(ScopeAdminKeys))
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/keys", s.createKey, s.requireScope(ScopeAdminKeys), s.mutation)
 	s.route(SurfaceAdmin, http.MethodGet, "/v1/keys/:name/versions", s.listVersions, s.requireScope(ScopeAdminKeys))
-	s.route(SurfaceAdmin, http.MethodPost, "/v1/keys/:name/rotate", s.rotate, s.requireScope(ScopeAdminKeys))
-	s.route(SurfaceAdmin, http.MethodPut, "/v1/keys/:name/policy", s.setPolicy, s.requireScope(ScopeAdminKeys))
-	s.route(SurfaceAdmin, http.MethodPut, "/v1/keys/:name/backend", s.setBackend, s.requireScope(ScopeAdminKeys))
-	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/activate", s.activateVersion, s.requireScope(ScopeAdminKeys))
-	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/revoke", s.revokeVersion, s.requireScope(ScopeAdminRevoke))
-	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/destroy", s.destroyVersion, s.requireScope(ScopeAdminRevoke))
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/keys/:name/rotate", s.rotate, s.requireScope(ScopeAdminKeys), s.mutation)
+	s.route(SurfaceAdmin, http.MethodPut, "/v1/keys/:name/policy", s.setPolicy, s.requireScope(ScopeAdminKeys), s.mutation)
+	s.route(SurfaceAdmin, http.MethodPut, "/v1/keys/:name/backend", s.setBackend, s.requireScope(ScopeAdminKeys), s.mutation)
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/activate", s.activateVersion, s.requireScope(ScopeAdminKeys), s.mutation)
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/revoke", s.revokeVersion, s.requireScope(ScopeAdminRevoke), s.mutation)
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/versions/:kid/destroy", s.destroyVersion, s.requireScope(ScopeAdminRevoke), s.mutation)
 	s.route(SurfaceAdmin, http.MethodGet, "/v1/approvals", s.listApprovals, s.requireScope(ScopeAdminRevoke))
-	s.route(SurfaceAdmin, http.MethodPost, "/v1/approvals/:id/approve", s.approve, s.requireScope(ScopeAdminRevoke))
+	s.route(SurfaceAdmin, http.MethodPost, "/v1/approvals/:id/approve", s.approve, s.requireScope(ScopeAdminRevoke), s.mutation)
 	s.route(SurfaceAdmin, http.MethodGet, "/v1/audit", s.listAudit, s.requireScope(ScopeAuditRead))
 	// Prometheus scrapes without a token: metrics carry key names and
 	// counts, never secrets; they live with the admin surface.
@@ -212,15 +321,29 @@ func (s *Server) route(sf Surface, method, path string, h echo.HandlerFunc, m ..
 
 type surfaceKey struct{}
 
+// listenerKey carries the name of the listener a request came through.
+type listenerKey struct{}
+
 // Handler returns the http.Handler serving every surface.
 func (s *Server) Handler() http.Handler { return s.HandlerFor(SurfaceAll) }
 
 // HandlerFor returns an http.Handler that serves only the routes of the
-// given surfaces; any other route answers 404 not_found, exactly as an
-// unknown path does.
-func (s *Server) HandlerFor(allowed Surface) http.Handler {
+// given surfaces; any other route answers 404 not_found, as an unknown
+// path does, the message naming the listener that serves it (servedBy).
+// Client certificates map to no principal through it
+// (use HandlerForListener).
+func (s *Server) HandlerFor(allowed Surface) http.Handler { return s.HandlerForListener("", allowed) }
+
+// HandlerForListener is HandlerFor for the listener named listener ("sign",
+// "admin", ...): client certificates verified there map to the
+// ClientPrincipals bound to that listener.
+func (s *Server) HandlerForListener(listener string, allowed Surface) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.echo.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), surfaceKey{}, allowed)))
+		ctx := context.WithValue(r.Context(), surfaceKey{}, allowed)
+		if listener != "" {
+			ctx = context.WithValue(ctx, listenerKey{}, listener)
+		}
+		s.echo.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
@@ -230,9 +353,22 @@ func (s *Server) surfaceGuard(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		allowed, _ := c.Request().Context().Value(surfaceKey{}).(Surface)
 		if sf, ok := s.surfaces[routeKey{c.Request().Method, c.Path()}]; ok && sf&allowed == 0 {
-			return fail(http.StatusNotFound, CodeNotFound, "no route for %s %s", c.Request().Method, c.Request().URL.Path)
+			return fail(http.StatusNotFound, CodeNotFound, "no route for %s %s on this listener: %s", c.Request().Method, c.Request().URL.Path, servedBy(sf))
 		}
 		return next(c)
+	}
+}
+
+// servedBy names the listener that serves a surface's routes, for the
+// 404 of a listener that does not (issue 16: say where to go).
+func servedBy(sf Surface) string {
+	switch {
+	case sf&SurfaceAdmin != 0:
+		return "the admin API is served by the admin listener (serve --admin-listen; keysvc keys/approvals --server URL of that listener)"
+	case sf&SurfaceSign != 0:
+		return "the signing API is served by the signing listener (serve --sign-listen)"
+	default:
+		return "public documents are served by the public listener (serve --listen)"
 	}
 }
 
@@ -333,14 +469,27 @@ func (s *Server) authenticate(c echo.Context) (Principal, error) {
 	header := c.Request().Header.Get(echo.HeaderAuthorization)
 	p, res := s.cfg.Auth.Authenticate(header, s.cfg.Now())
 	if res == authMissing {
-		if cp, ok := s.certPrincipal(c.Request()); ok {
+		switch cp, cr := s.certPrincipal(c.Request()); cr {
+		case authOK:
 			p, res = cp, authOK
+		case authInvalid:
+			return p, fail(http.StatusUnauthorized, CodeUnauthorized, "client certificate subject must have exactly one common name")
+		}
+	}
+	if res != authOK {
+		// Failed authentications are unauthenticated work: they spend the
+		// public bucket, so a flood of bad tokens is bounded too.
+		if err := s.takePublic(c); err != nil {
+			return p, err
 		}
 	}
 	switch res {
 	case authMissing:
 		return p, fail(http.StatusUnauthorized, CodeUnauthorized, "missing bearer token")
 	case authInvalid:
+		if scheme, _, _ := strings.Cut(header, " "); header != "" && !strings.EqualFold(scheme, "Bearer") {
+			return p, fail(http.StatusUnauthorized, CodeUnauthorized, "the Authorization header must be \"Bearer <token>\" (the word Bearer, a space, the token)")
+		}
 		return p, fail(http.StatusUnauthorized, CodeUnauthorized, "invalid, expired or revoked bearer token")
 	}
 	if ok, wait := s.limits.allow(p.TokenID, s.cfg.Now()); !ok {
@@ -351,21 +500,80 @@ func (s *Server) authenticate(c echo.Context) (Principal, error) {
 	return p, nil
 }
 
-// certPrincipal maps a verified client certificate to its configured
-// principal. Only chains the TLS stack verified against the listener's
-// client CA count.
-func (s *Server) certPrincipal(r *http.Request) (Principal, bool) {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-		return Principal{}, false
+// publicLimit is the middleware of the public documents: one token of the
+// PublicRateLimit bucket per request.
+func (s *Server) publicLimit(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := s.takePublic(c); err != nil {
+			return err
+		}
+		return next(c)
 	}
-	cn := r.TLS.VerifiedChains[0][0].Subject.CommonName
-	p, ok := s.cfg.ClientPrincipals[cn]
-	if !ok {
-		return Principal{}, false
-	}
-	p.TokenID = "cert:" + cn
-	return p, true
 }
+
+// takePublic takes one token from the public bucket, or answers 429.
+func (s *Server) takePublic(c echo.Context) error {
+	if ok, wait := s.public.allow("", s.cfg.Now()); !ok {
+		c.Response().Header().Set("Retry-After", retryAfter(wait))
+		return fail(http.StatusTooManyRequests, CodeRateLimited, "unauthenticated request rate limit of %g/s exceeded; retry after %s", s.cfg.PublicRateLimit.PerSecond, wait.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// chargeBatch takes the further n-1 tokens of a batch of n signatures from
+// the principal's bucket (authentication took one): a batch counts as
+// many signatures as it has items. A batch larger than the burst can never
+// fit: 400 batch_too_large.
+func (s *Server) chargeBatch(c echo.Context, n int) error {
+	p := principal(c)
+	if s.limits.exceeds(n) {
+		return fail(http.StatusBadRequest, CodeBatchTooLarge, "a batch of %d signatures exceeds this token's rate-limit burst of %d", n, s.cfg.RateLimit.Burst)
+	}
+	if ok, wait := s.limits.allowN(p.TokenID, s.cfg.Now(), n-1); !ok {
+		c.Response().Header().Set("Retry-After", retryAfter(wait))
+		return fail(http.StatusTooManyRequests, CodeRateLimited, "rate limit of %g signatures/s for this token exceeded by a batch of %d; retry after %s", s.cfg.RateLimit.PerSecond, n, wait.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// certPrincipal maps a verified client certificate to its configured
+// principal: authOK with it; authMissing when there is no verified
+// certificate or no entry fits; authInvalid when the subject has more
+// than one common name, or none (it could be read as either). Only chains
+// the TLS stack verified against the listener's client CA count, and only
+// entries bound to this listener and to the CA a verified chain ends at.
+func (s *Server) certPrincipal(r *http.Request) (Principal, authResult) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 || len(s.certs) == 0 {
+		return Principal{}, authMissing
+	}
+	listener, _ := r.Context().Value(listenerKey{}).(string)
+	if listener == "" {
+		return Principal{}, authMissing
+	}
+	leaf := r.TLS.VerifiedChains[0][0]
+	cns := 0
+	for _, n := range leaf.Subject.Names {
+		if n.Type.Equal(oidCommonName) {
+			cns++
+		}
+	}
+	if cns != 1 {
+		return Principal{}, authInvalid
+	}
+	cn := leaf.Subject.CommonName
+	for _, chain := range r.TLS.VerifiedChains {
+		root := chain[len(chain)-1]
+		sum := sha256.Sum256(root.Raw)
+		if p, ok := s.certs[certKey{listener, hex.EncodeToString(sum[:]), cn}]; ok {
+			p.TokenID = "cert:" + cn
+			return p, authOK
+		}
+	}
+	return Principal{}, authMissing
+}
+
+// oidCommonName is the X.520 commonName attribute type (2.5.4.3).
+var oidCommonName = asn1.ObjectIdentifier{2, 5, 4, 3}
 
 func (s *Server) requireScope(scope string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -460,8 +668,16 @@ func jsonError(err error) error {
 	return err
 }
 
+// healthz answers {"status":"ok"}, with the build of the binary when
+// Config.Build names a version.
 func (s *Server) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	if s.cfg.Build.Version == "" {
+		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	}
+	return c.JSON(http.StatusOK, struct {
+		Status string    `json:"status"`
+		Build  BuildInfo `json:"build"`
+	}{"ok", s.cfg.Build})
 }
 
 // readyz is ready when the store answers within 2 s and every key has an
@@ -481,10 +697,46 @@ func (s *Server) readyz(c echo.Context) error {
 			}
 		}
 	}
-	ring := s.cfg.Manager.Keyring()
+	now := s.cfg.Now()
+	mgr := s.cfg.Manager
+	if !mgr.LeaseValid(now) {
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready",
+			"reason": "key history stale: not confirmed current since " + mgr.LeaseUntil().Add(-mgr.Lease()).UTC().Format(time.RFC3339Nano)})
+	}
+	ring := mgr.Keyring()
+	var warnings []string
 	for _, name := range ring.SortedNames() {
-		if ring.Keys[name].SignerAt(s.cfg.Now()) == nil {
-			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready", "reason": "key " + name + " has no active version"})
+		e := ring.Keys[name]
+		if len(e.NotBacked) > 0 {
+			reasons := make([]string, 0, len(e.NotBacked))
+			for _, r := range e.NotBacked {
+				reasons = append(reasons, r)
+			}
+			sort.Strings(reasons)
+			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready",
+				"reason": "key history not backed by the transparency log: " + strings.Join(reasons, "; ")})
+		}
+		if _, err := mgr.SignerFor(name, now); err != nil {
+			reason := "key " + name + " has no active version"
+			if cause := errors.Join(e.LoadErr, e.NextErr); cause != nil {
+				reason = "key " + name + " cannot sign: " + cause.Error()
+			}
+			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready", "reason": reason})
+		}
+		if e.NextKID != "" && e.NextErr != nil {
+			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready",
+				"reason": "key " + name + ": armed version " + e.NextKID + " cannot be loaded here: " + e.NextErr.Error()})
+		}
+		if e.PendingKID != "" && e.PendingErr != nil {
+			warnings = append(warnings, "key "+name+": pending version "+e.PendingKID+" cannot be loaded here (its activation is held): "+e.PendingErr.Error())
+		}
+	}
+	if len(warnings) > 0 {
+		return c.JSON(http.StatusOK, map[string]any{"status": "ready", "warnings": warnings})
+	}
+	if s.cfg.Tlog != nil {
+		if err := s.cfg.Tlog.Ready(); err != nil {
+			return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unready", "reason": err.Error()})
 		}
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
@@ -497,33 +749,66 @@ func (s *Server) entry(name string) (*rotation.KeyEntry, error) {
 	return nil, fail(http.StatusNotFound, CodeKeyNotFound, "no key named %q", name)
 }
 
-// defaultEntry is the key served under /.well-known (404 key_not_found
-// before any key exists), with the Keyring it was read from.
-func (s *Server) defaultEntry() (*rotation.Keyring, *rotation.KeyEntry, error) {
+// issuerDocs returns the issuer whose /.well-known documents a request
+// asks for: the request's Host (port and letter case ignored) when it is
+// the issuer of a key, else the default key's issuer (404 key_not_found
+// before any key exists).
+func (s *Server) issuerDocs(c echo.Context) (*rotation.Keyring, string, error) {
 	ring := s.cfg.Manager.Keyring()
+	if host := requestHost(c.Request()); host != "" {
+		if _, ok := ring.IssuerJWKS[host]; ok {
+			return ring, host, nil
+		}
+	}
 	e, ok := ring.Keys[ring.Default]
 	if !ok {
-		return nil, nil, fail(http.StatusNotFound, CodeKeyNotFound, "no default key configured yet")
+		return nil, "", fail(http.StatusNotFound, CodeKeyNotFound, "no default key configured yet")
 	}
-	return ring, e, nil
+	return ring, e.Key.Issuer, nil
 }
 
+// requestHost is the request's Host without a port, lower-cased; "" when
+// it is not a DNS name (an IP literal, empty).
+func requestHost(r *http.Request) string {
+	h := r.Host
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
+		h = h[:i]
+	}
+	if h == "" || strings.ContainsAny(h, "[]") {
+		return ""
+	}
+	return strings.ToLower(strings.TrimSuffix(h, "."))
+}
+
+// defaultJWKS serves /.well-known/jwks.json: the JWKS of every published
+// version of every key of the request's issuer (issuerDocs).
 func (s *Server) defaultJWKS(c echo.Context) error {
-	_, e, err := s.defaultEntry()
+	ring, issuer, err := s.issuerDocs(c)
 	if err != nil {
 		return err
 	}
-	s.serveDoc(c, e.JWKS)
+	s.serveDoc(c, ring.IssuerJWKS[issuer])
 	return nil
 }
 
 // serveDoc serves a precomputed public document with the configured
 // Cache-Control max-age and ETag revalidation.
 func (s *Server) serveDoc(c echo.Context, d jwksserve.Document) {
+	// Public documents may be read from any origin (a browser-based agent
+	// fetching the JWKS, did.json or key history): CORS for GET and HEAD
+	// only, no credentials (issue 15).
+	h := c.Response().Header()
+	h["Access-Control-Allow-Origin"] = corsAnyOrigin
+	h["Access-Control-Expose-Headers"] = corsExposed
 	jwksserve.ServeMaxAge(c.Response(), c.Request(), d, int(s.cfg.Manager.JWKSMaxAge()/time.Second))
 	m := s.metrics
 	m.docRequestsC.get(m.docRequests.WithLabelValues, docName(c.Path()), statusLabel(c.Response().Status)).Inc()
 }
+
+var (
+	corsAnyOrigin = []string{"*"}
+	corsExposed   = []string{"ETag, Cache-Control"}
+)
 
 // docName names a public document route for metrics.
 func docName(route string) string {
@@ -548,23 +833,25 @@ func (s *Server) keyHistory(c echo.Context) error {
 	return nil
 }
 
+// defaultHistory serves /.well-known/vrp-key-history.json: the key-history
+// document of every key of the request's issuer (issuerDocs).
 func (s *Server) defaultHistory(c echo.Context) error {
-	_, e, err := s.defaultEntry()
+	ring, issuer, err := s.issuerDocs(c)
 	if err != nil {
 		return err
 	}
-	s.serveDoc(c, e.History)
+	s.serveDoc(c, ring.IssuerHistory[issuer])
 	return nil
 }
 
-// didDocument serves did:web for the default key's issuer: every published
-// version of every key of that issuer.
+// didDocument serves did:web for the request's issuer (issuerDocs): every
+// published version of every key of that issuer.
 func (s *Server) didDocument(c echo.Context) error {
-	ring, e, err := s.defaultEntry()
+	ring, issuer, err := s.issuerDocs(c)
 	if err != nil {
 		return err
 	}
-	s.serveDoc(c, ring.DID[e.Key.Issuer])
+	s.serveDoc(c, ring.DID[issuer])
 	return nil
 }
 
@@ -590,22 +877,29 @@ type SignResponse struct {
 	Alg string `json:"alg"`
 }
 
-func (s *Server) activeSigner(name string) (*rotation.KeyEntry, *signer.JWSSigner, error) {
-	e, err := s.entry(name)
-	if err != nil {
-		return nil, nil, err
+// signerFor returns the version of key e that signs now (ADR 0014: chosen
+// by the signing instant, under this replica's lease). Call it right
+// before signing, after the request body is read.
+func (s *Server) signerFor(e *rotation.KeyEntry, now time.Time) (rotation.Signing, error) {
+	name := e.Key.Name
+	sig, err := s.cfg.Manager.SignerFor(name, now)
+	switch {
+	case err == nil:
+		return sig, nil
+	case errors.Is(err, rotation.ErrHistoryStale):
+		return sig, fail(http.StatusServiceUnavailable, CodeKeyHistoryStale, "this replica cannot confirm that key history is current, so it does not sign; retry on another replica")
+	case errors.Is(err, rotation.ErrKeyNotFound):
+		return sig, fail(http.StatusNotFound, CodeKeyNotFound, "no key named %q", name)
 	}
-	sg := e.SignerAt(s.cfg.Now())
-	if sg == nil {
-		if e.LoadErr != nil {
-			if err := signError(e.LoadErr); err != e.LoadErr {
-				return nil, nil, err
+	if sig.Entry != nil {
+		if cause := errors.Join(sig.Entry.LoadErr, sig.Entry.NextErr); cause != nil {
+			if mapped := signError(cause); mapped != cause {
+				return sig, mapped
 			}
-			return nil, nil, fail(http.StatusServiceUnavailable, CodeBackendUnavailable, "key %q cannot sign: its backend could not load the key", name)
+			return sig, fail(http.StatusServiceUnavailable, CodeBackendUnavailable, "key %q cannot sign: its backend could not load the key", name)
 		}
-		return nil, nil, fail(http.StatusServiceUnavailable, CodeNoActiveVersion, "key %q has no active version", name)
 	}
-	return e, sg, nil
+	return sig, fail(http.StatusServiceUnavailable, CodeNoActiveVersion, "key %q has no active version", name)
 }
 
 // observeBackend records one backend signature's duration.
@@ -619,7 +913,7 @@ func (s *Server) observeBackend(key string, start time.Time) {
 }
 
 func (s *Server) sign(c echo.Context) error {
-	e, sg, err := s.activeSigner(c.Param("name"))
+	e, err := s.entry(c.Param("name"))
 	if err != nil {
 		return err
 	}
@@ -627,25 +921,43 @@ func (s *Server) sign(c echo.Context) error {
 	if err := s.decodeBody(c, &req); err != nil {
 		return err
 	}
-	out, err := s.signOne(e, sg, req)
+	out, err := s.signOne(e, req)
 	if err != nil {
+		return err
+	}
+	if err := s.recordIssued(c, out.JWS); err != nil {
 		return err
 	}
 	return writeJSON(c, http.StatusOK, out)
 }
 
-// signOne signs one JSON object payload as its RFC 8785 bytes.
-func (s *Server) signOne(e *rotation.KeyEntry, sg *signer.JWSSigner, req signRequest) (SignResponse, error) {
+// signOne signs one JSON object payload as its RFC 8785 bytes with the
+// version that signs at this instant.
+func (s *Server) signOne(e *rotation.KeyEntry, req signRequest) (SignResponse, error) {
 	if len(req.Payload) == 0 || req.Payload.Kind() != '{' {
 		return SignResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "payload must be a JSON object")
 	}
 	if !validTyp(req.Typ) {
 		return SignResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "typ must be printable ASCII, at most 64 bytes")
 	}
-	canon, err := signer.Canonicalize(req.Payload)
+	if l := signer.ReservedTypLayer(req.Typ); l != "" {
+		return SignResponse{}, fail(http.StatusBadRequest, CodeLayerMismatch, "typ %q is the %s layer's; only its own endpoint signs under it (ADR 0013)", req.Typ, l)
+	}
+	// req.Payload is this request's own copy, made by the strict decoder
+	// (decodeBody, or runBatch per item), which also checked it.
+	canon, err := signer.CanonicalizeDecoded(req.Payload)
 	if err != nil {
 		return SignResponse{}, jsonError(err)
 	}
+	if l := signer.ClaimedLayer(canon); l != "" {
+		return SignResponse{}, fail(http.StatusBadRequest, CodeLayerMismatch,
+			"the payload claims the %s layer (its type or vrp_mcp_profile_version member); sign it with POST /v1/keys/{name}/mcp-transport (ADR 0013)", l)
+	}
+	sig, err := s.signerFor(e, s.cfg.Now())
+	if err != nil {
+		return SignResponse{}, err
+	}
+	sg := sig.Signer
 	start := time.Now()
 	jws, err := sg.Sign(canon, req.Typ)
 	s.observeBackend(e.Key.Name, start)
@@ -674,6 +986,8 @@ func validTyp(typ string) bool {
 // 503 backend_unavailable; anything else is an internal error.
 func signError(err error) error {
 	switch {
+	case errors.Is(err, rotation.ErrHistoryNotBacked):
+		return fail(http.StatusConflict, CodeKeyHistoryNotBacked, "the key's signing version, as key history holds it, is not backed by the transparency log; it does not sign (the operator is alerted in /readyz and the log)")
 	case errors.Is(err, backends.ErrUnavailable):
 		return fail(http.StatusServiceUnavailable, CodeBackendUnavailable, "key backend unavailable")
 	case errors.Is(err, backends.ErrThrottled):
@@ -716,7 +1030,7 @@ type TransportResponse struct {
 }
 
 func (s *Server) mcpTransport(c echo.Context) error {
-	e, sg, err := s.activeSigner(c.Param("name"))
+	e, err := s.entry(c.Param("name"))
 	if err != nil {
 		return err
 	}
@@ -724,15 +1038,24 @@ func (s *Server) mcpTransport(c echo.Context) error {
 	if err := s.decodeBody(c, &req); err != nil {
 		return err
 	}
-	out, err := s.transportOne(e, sg, s.cfg.Now(), req)
+	out, err := s.transportOne(e, req)
 	if err != nil {
+		return err
+	}
+	if err := s.recordIssued(c, out.JWS); err != nil {
 		return err
 	}
 	return writeJSON(c, http.StatusOK, out)
 }
 
-// transportOne builds and signs one VRP MCP transport assertion.
-func (s *Server) transportOne(e *rotation.KeyEntry, sg *signer.JWSSigner, now time.Time, req transportRequest) (TransportResponse, error) {
+// transportOne builds and signs one VRP MCP transport assertion with the
+// version that signs at this instant. The claimed signing instant
+// (served_at, and the attestation's valid_from) must lie inside that
+// version's window as this replica knows it (rotation.Signing.Allows):
+// keysvc never signs a claim that its own lifecycle-aware verifier would
+// reject. Without served_at it is now, truncated to the second.
+func (s *Server) transportOne(e *rotation.KeyEntry, req transportRequest) (TransportResponse, error) {
+	now := s.cfg.Now()
 	if req.Tool == "" {
 		return TransportResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "tool is required")
 	}
@@ -751,6 +1074,16 @@ func (s *Server) transportOne(e *rotation.KeyEntry, sg *signer.JWSSigner, now ti
 			return TransportResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "served_at must lie within %s of the server's time", s.cfg.MaxServedAtSkew)
 		}
 		served = t.UTC()
+	}
+	sig, err := s.signerFor(e, now)
+	if err != nil {
+		return TransportResponse{}, err
+	}
+	sg := sig.Signer
+	if !sig.Allows(served) {
+		return TransportResponse{}, fail(http.StatusConflict, CodeServedAtNotSignable,
+			"served_at %s lies outside the window of key version %s, the one keysvc signs with now (%s); send the current time or omit served_at",
+			signer.FormatInstant(served), sg.KID(), windowText(sig))
 	}
 	validFor := s.cfg.DefaultValid
 	if req.ValidFor != "" {
@@ -790,9 +1123,22 @@ func (s *Server) transportOne(e *rotation.KeyEntry, sg *signer.JWSSigner, now ti
 		Assertion: assertion, JWS: jws, KID: sg.KID(),
 		Attestation: Attestation{
 			Layer: signer.LayerTransport, Source: e.Key.JWKSURL, Signature: jws, Ref: ref,
-			ValidFrom: signer.FormatInstant(served), ValidUntil: signer.FormatInstant(served.Add(validFor)),
+			ValidFrom: assertion.ServedAt, ValidUntil: signer.FormatInstant(served.Add(validFor)), // ServedAt is FormatInstant(served)
 		},
 	}, nil
+}
+
+// windowText describes a Signing's claim window for error messages.
+func windowText(sig rotation.Signing) string {
+	from := "-"
+	if !sig.NotBefore.IsZero() {
+		from = signer.FormatInstant(sig.NotBefore)
+	}
+	until := "open"
+	if !sig.Until.IsZero() {
+		until = signer.FormatInstant(sig.Until)
+	}
+	return "from " + from + ", until " + until
 }
 
 func (s *Server) digestArguments(c echo.Context) error {
@@ -816,20 +1162,48 @@ func (s *Server) digestArguments(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"arguments_sha256": digest, "canonical": string(canon)})
 }
 
+// digestSEP2828 answers POST /v1/digests/sep2828: the RFC 8785 bytes and
+// digest of a tools/call params document under the SEP-2828 projection its
+// projection member names (SEP2828FallbackV0 when absent). The v1
+// projection fails closed: a call without a usable authorization binding
+// is answered 400 authorization_binding_missing or
+// authorization_binding_invalid, never with a digest.
 func (s *Server) digestSEP2828(c echo.Context) error {
 	var req struct {
-		Params jsontext.Value `json:"params"`
+		Params     jsontext.Value `json:"params"`
+		Projection string         `json:"projection,omitempty"`
 	}
 	if err := s.decodeBody(c, &req); err != nil {
 		return err
 	}
-	canon, digest, err := signer.ProjectSEP2828(req.Params)
+	var (
+		canon  []byte
+		digest string
+		err    error
+	)
+	switch req.Projection {
+	case "", SEP2828FallbackV0:
+		req.Projection = SEP2828FallbackV0
+		canon, digest, err = signer.ProjectSEP2828(req.Params)
+	case SEP2828V1:
+		canon, digest, err = signer.ProjectSEP2828V1(req.Params)
+	default:
+		return fail(http.StatusBadRequest, CodeInvalidRequest, "projection must be %q or %q", SEP2828FallbackV0, SEP2828V1)
+	}
 	if err != nil {
 		var se *strictjson.Error
-		if errors.As(err, &se) {
+		var ve *signer.SEP2828Error
+		switch {
+		case errors.As(err, &se):
 			return fail(http.StatusBadRequest, se.Code, "params: %s", se.Message)
+		case errors.As(err, &ve) && ve.Code == signer.CodeSEP2828BindingMissing:
+			return fail(http.StatusBadRequest, CodeAuthorizationBindingMissing, "%s: %s (the v1 projection fails closed)", SEP2828V1, ve.Message)
+		case errors.As(err, &ve) && ve.Code == signer.CodeSEP2828BindingInvalid:
+			return fail(http.StatusBadRequest, CodeAuthorizationBindingInvalid, "%s: %s (the v1 projection fails closed)", SEP2828V1, ve.Message)
+		case errors.As(err, &ve):
+			return fail(http.StatusBadRequest, CodeInvalidRequest, "%s: %s", SEP2828V1, ve.Message)
 		}
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "%s", strings.TrimPrefix(err.Error(), "signer: "))
 	}
-	return c.JSON(http.StatusOK, map[string]string{"digest": digest, "canonical": string(canon)})
+	return c.JSON(http.StatusOK, map[string]string{"projection": req.Projection, "digest": digest, "canonical": string(canon)})
 }

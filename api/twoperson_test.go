@@ -86,7 +86,7 @@ func TestDestroyTwoPersonRuleAPI(t *testing.T) {
 		body: []byte(`{"rotation_period":"","two_person_rule":true,"reason":"officers agree"}`)})
 	wantStatus(t, "set policy", resp, body, http.StatusOK)
 	old := h.mgr.Keyring().Keys["villa"].Active.KID()
-	resp, body = h.postJSON("/v1/keys/villa/rotate", admin, `{"reason":"retire the first version"}`)
+	resp, body = h.postJSON("/v1/keys/villa/rotate", admin, `{"mode":"now","reason":"retire the first version"}`)
 	wantStatus(t, "rotate", resp, body, http.StatusOK)
 	active := h.mgr.Keyring().Keys["villa"].Active.KID()
 	path := "/v1/versions/" + old + "/destroy"
@@ -184,7 +184,7 @@ func TestDestroyTwoPersonRuleAPI(t *testing.T) {
 
 	// Without the rule: at once.
 	plainOld := h.mgr.Keyring().Keys["plain"].Active.KID()
-	resp, body = h.postJSON("/v1/keys/plain/rotate", admin, ``)
+	resp, body = h.postJSON("/v1/keys/plain/rotate", admin, `{"mode":"now"}`)
 	wantStatus(t, "rotate plain", resp, body, http.StatusOK)
 	resp, body = h.postJSON("/v1/versions/"+plainOld+"/destroy", alice, `{"reason":"no longer needed"}`)
 	wantStatus(t, "destroy without the rule", resp, body, http.StatusOK)

@@ -28,6 +28,11 @@ type Handle struct {
 	Sealed []byte
 	// Public is the public key (ed25519.PublicKey or *ecdsa.PublicKey).
 	Public crypto.PublicKey
+	// KeyName is the keysvc key the version belongs to (CreateRequest.
+	// KeyName when created; the version's key when loaded). The software
+	// backend binds its sealed blob to it, so a version moved to another
+	// key in key history does not load.
+	KeyName string
 }
 
 // Backend creates key pairs and loads signers for them.

@@ -6,12 +6,17 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -20,6 +25,15 @@ type Client struct {
 	BaseURL string       // e.g. "http://127.0.0.1:8080"
 	Token   string       // bearer token
 	HTTP    *http.Client // defaults to a client with a 30 s timeout
+	// Idempotent makes every POST and PUT carry a fresh Idempotency-Key
+	// (128 random bits, hex) and retries it, with the same key, when the
+	// answer is lost (connection reset, EOF, timeout, 502, 504) or the
+	// server reports the first attempt still running (409
+	// idempotency_in_flight): at most MaxAttempts attempts, backing off
+	// 0.5 s, 1 s, 2 s, ... while ctx allows. The server performs the
+	// change at most once and replays its answer (ADR 0014).
+	Idempotent  bool
+	MaxAttempts int // default 6
 }
 
 // New returns a Client for baseURL authenticating with token.
@@ -39,22 +53,73 @@ func (e *Error) Error() string {
 }
 
 // Do sends method path with body (marshalled as JSON when not nil) and
-// decodes a 2xx response into out (when not nil).
+// decodes a 2xx response into out (when not nil). With c.Idempotent, a
+// POST or PUT carries an Idempotency-Key and is retried safely (see
+// Client.Idempotent).
 func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
+	var raw []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return err
 		}
-		rd = bytes.NewReader(b)
+		raw = b
+	}
+	key := ""
+	attempts := 1
+	if c.Idempotent && (method == http.MethodPost || method == http.MethodPut) {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return err
+		}
+		key = hex.EncodeToString(b[:])
+		attempts = c.MaxAttempts
+		if attempts <= 0 {
+			attempts = 6
+		}
+	}
+	wait := 500 * time.Millisecond
+	for i := 1; ; i++ {
+		err := c.do(ctx, method, path, raw, body != nil, key, out)
+		if i >= attempts || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+}
+
+// retryable reports whether a request whose answer was err may be sent
+// again with the same Idempotency-Key: the answer was lost, or the first
+// attempt is still running.
+func retryable(err error) bool {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae.Status == http.StatusBadGateway || ae.Status == http.StatusGatewayTimeout || ae.Code == "idempotency_in_flight"
+	}
+	var ne net.Error
+	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &ne) && ne.Timeout()))
+}
+
+func (c *Client) do(ctx context.Context, method, path string, raw []byte, hasBody bool, key string, out any) error {
+	var rd io.Reader
+	if hasBody {
+		rd = bytes.NewReader(raw)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
 	if err != nil {
 		return err
 	}
-	if body != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
@@ -123,6 +188,9 @@ type Version struct {
 	Reason        string    `json:"vrp_revocation_reason,omitempty"`
 	BackendRef    string    `json:"backend_ref"`
 	CreatedAt     time.Time `json:"created_at"`
+	// Thumbprint is the RFC 7638 JWK thumbprint (SHA-256, base64url) of
+	// the version's public key.
+	Thumbprint string `json:"vrp_jwk_thumbprint"`
 	// MaterialDestroyedAt is when the private key material was destroyed
 	// (RFC 3339); empty while it exists.
 	MaterialDestroyedAt string `json:"material_destroyed_at,omitempty"`
@@ -137,6 +205,8 @@ type CreateKeyRequest struct {
 	JWKSURL   string  `json:"jwks_url,omitempty"`
 	Policy    *Policy `json:"policy,omitempty"`
 	Reason    string  `json:"reason,omitempty"`
+	// ShareIssuer lets the key take an issuer other keys already have.
+	ShareIssuer bool `json:"share_issuer,omitempty"`
 }
 
 // CreateKey creates a key with its first active version.
@@ -217,12 +287,25 @@ func (c *Client) SetBackend(ctx context.Context, name, backend, reason string) e
 	return c.Do(ctx, http.MethodPut, "/v1/keys/"+url.PathEscape(name)+"/backend", map[string]string{"backend": backend, "reason": reason}, nil)
 }
 
-// Activate promotes a pending version now.
+// Activate promotes a pending version now, once it has been published for
+// longer than the JWKS max-age (else 409 activation_too_early).
 func (c *Client) Activate(ctx context.Context, kid, reason string) (Version, error) {
 	var out struct {
 		Active Version `json:"active"`
 	}
 	err := c.Do(ctx, http.MethodPost, "/v1/versions/"+url.PathEscape(kid)+"/activate", map[string]string{"reason": reason}, &out)
+	return out.Active, err
+}
+
+// ActivateEmergency promotes a pending version now even if it has not been
+// published longer than the JWKS max-age (verifiers with a cached JWKS
+// reject its first signatures); reason is required and the activation is
+// audited as an emergency.
+func (c *Client) ActivateEmergency(ctx context.Context, kid, reason string) (Version, error) {
+	var out struct {
+		Active Version `json:"active"`
+	}
+	err := c.Do(ctx, http.MethodPost, "/v1/versions/"+url.PathEscape(kid)+"/activate", map[string]any{"reason": reason, "emergency": true}, &out)
 	return out.Active, err
 }
 
@@ -394,6 +477,27 @@ func (c *Client) Sign(ctx context.Context, name string, payload any, typ string)
 		body["typ"] = typ
 	}
 	err := c.Do(ctx, http.MethodPost, "/v1/keys/"+url.PathEscape(name)+"/sign", body, &out)
+	return out, err
+}
+
+// DetachedResult is the answer of SignDetached (ADR 0028).
+type DetachedResult struct {
+	KID          string `json:"kid"`
+	Alg          string `json:"alg"`
+	Signed       string `json:"signed"`        // the exact bytes signed: RFC 8785 of the payload
+	SignedB64    string `json:"signed_b64u"`   // the same, base64url
+	Signature    string `json:"signature"`     // base64url
+	SignatureHex string `json:"signature_hex"` // lower-case hex (vaara receipts' "signature")
+	ArtifactHash string `json:"artifact_hash"` // "sha256:<hex>" of Signed, the transparency-log leaf's
+}
+
+// SignDetached signs the RFC 8785 bytes of payload, which must marshal to
+// a JSON object, with key name's signing version and returns the raw
+// signature (POST /v1/keys/{name}/sign:detached; scope
+// sign:<name>:detached).
+func (c *Client) SignDetached(ctx context.Context, name string, payload any) (DetachedResult, error) {
+	var out DetachedResult
+	err := c.Do(ctx, http.MethodPost, "/v1/keys/"+url.PathEscape(name)+"/sign:detached", map[string]any{"payload": payload}, &out)
 	return out, err
 }
 

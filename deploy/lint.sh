@@ -130,8 +130,8 @@ grafana() {
 check "Grafana dashboard: JSON (jq), structure, PromQL (promtool)" grafana
 
 if "$keysvc" config check --help >/dev/null 2>&1; then
-  check "keysvc config check deploy/keysvc.example.yaml" \
-    env -i PATH=/usr/bin:/bin "$keysvc" config check deploy/keysvc.example.yaml
+  check "keysvc config check --syntax-only deploy/keysvc.example.yaml (its files are the target host's)" \
+    env -i PATH=/usr/bin:/bin "$keysvc" config check --syntax-only deploy/keysvc.example.yaml
 else
   echo "skip  keysvc config check: this keysvc has no 'config check' command yet"
 fi

@@ -53,6 +53,12 @@ type Entry struct {
 	CompromisedAt    string `json:"vrp_compromised_at,omitempty"`
 	RevocationReason string `json:"vrp_revocation_reason,omitempty"`
 	Backend          string `json:"vrp_backend,omitempty"`
+	// Thumbprint is the RFC 7638 SHA-256 thumbprint (base64url), set in
+	// key-history documents only (BuildHistory, BuildIssuerHistory).
+	Thumbprint string `json:"vrp_jwk_thumbprint,omitempty"`
+	// KeyName names the key the version belongs to, in the issuer's
+	// key-history document only.
+	KeyName string `json:"vrp_key,omitempty"`
 }
 
 // EntryFor builds the published entry of one key version.
@@ -130,6 +136,20 @@ func BuildJWKS(versions []store.KeyVersion) (Document, error) {
 		e, err := EntryFor(v)
 		if err != nil {
 			return Document{}, err
+		}
+		set.Keys = append(set.Keys, e)
+	}
+	return NewDocument(set)
+}
+
+// BuildEntriesJWKS returns a JWKS of entries already built and filtered by
+// Published (EntryFor), in the order given: the issuer's JWKS, every
+// published version of every key of the issuer.
+func BuildEntriesJWKS(entries []Entry) (Document, error) {
+	set := JWKS{Keys: []Entry{}}
+	for _, e := range entries {
+		if e.Status == string(store.StateRevoked) {
+			continue
 		}
 		set.Keys = append(set.Keys, e)
 	}

@@ -648,3 +648,98 @@ func TestServeIfNoneMatchSplitAcrossFields(t *testing.T) {
 		t.Fatalf("status %d with %d bytes, want 304 and no body", w.Code, w.Body.Len())
 	}
 }
+
+// TestThumbprint: RFC 8037 Appendix A.3 gives the RFC 7638 thumbprint of
+// the RFC 8037 Ed25519 key.
+func TestThumbprint(t *testing.T) {
+	tp, err := jwksserve.Thumbprint(edJWK(t, "villaakerlyckan.se-2026-05-18-01"))
+	if err != nil || tp != "kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k" {
+		t.Fatalf("Thumbprint = %q, %v; want RFC 8037 A.3's kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k", tp, err)
+	}
+	if _, err := jwksserve.Thumbprint([]byte(`{"kty":"OKP"}`)); err == nil {
+		t.Fatal("a broken JWK has a thumbprint")
+	}
+}
+
+// TestHistoryShape (ADR 0027): revoked versions are only under
+// vrp_revoked_keys, the rest under keys, oldest first, each with its
+// thumbprint; the issuer's document names each entry's key and has no key
+// member; a JOSE library reading either as a JWKS finds no revoked kid.
+func TestHistoryShape(t *testing.T) {
+	vs := history(t) // -01 retired, -02 revoked, -03 retired, -04 active, -05 pending
+	k := store.Key{Name: "villa", Issuer: "villaakerlyckan.se", Backend: "software"}
+	d, err := jwksserve.BuildHistory(k, vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h jwksserve.History
+	if err := json.Unmarshal(d.Body, &h); err != nil {
+		t.Fatal(err)
+	}
+	var kids []string
+	for _, e := range h.Keys {
+		kids = append(kids, e.KID[len(e.KID)-2:]+":"+e.Status)
+		if e.Thumbprint != "kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k" || e.KeyName != "" || e.Backend != "software" {
+			t.Errorf("entry %+v", e)
+		}
+	}
+	if want := []string{"01:retired", "03:retired", "04:active", "05:pending"}; !reflect.DeepEqual(kids, want) {
+		t.Errorf("keys %v, want %v", kids, want)
+	}
+	if len(h.Revoked) != 1 || h.Revoked[0].KID != "villaakerlyckan.se-2026-05-18-02" || h.Revoked[0].CompromisedAt == "" || h.Key != "villa" {
+		t.Errorf("history %s", d.Body)
+	}
+	var set jose.JSONWebKeySet
+	if err := json.Unmarshal(d.Body, &set); err != nil || len(set.Keys) != 4 || len(set.Key("villaakerlyckan.se-2026-05-18-02")) != 0 {
+		t.Fatalf("as a JWKS: %d keys, %v", len(set.Keys), err)
+	}
+
+	other := store.Key{Name: "transport", Issuer: "villaakerlyckan.se", Backend: "pkcs11"}
+	id, err := jwksserve.BuildIssuerHistory("villaakerlyckan.se", []jwksserve.KeyVersions{{Key: k, Versions: vs[:2]}, {Key: other, Versions: vs[3:4]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ih map[string]any
+	if err := json.Unmarshal(id.Body, &ih); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ih["key"]; ok {
+		t.Errorf("issuer history has a key member: %s", id.Body)
+	}
+	keys, revoked := ih["keys"].([]any), ih["vrp_revoked_keys"].([]any)
+	if len(keys) != 2 || len(revoked) != 1 || keys[0].(map[string]any)["vrp_key"] != "villa" || keys[1].(map[string]any)["vrp_key"] != "transport" ||
+		keys[1].(map[string]any)["vrp_backend"] != "pkcs11" || revoked[0].(map[string]any)["vrp_key"] != "villa" {
+		t.Errorf("issuer history %s", id.Body)
+	}
+}
+
+// TestBuildDIDService (ADR 0029): did.json names the key history in one
+// service entry and never lists a revoked version.
+func TestBuildDIDService(t *testing.T) {
+	var entries []jwksserve.Entry
+	for _, v := range history(t) {
+		e, err := jwksserve.EntryFor(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e)
+	}
+	d, err := jwksserve.BuildDID("villaakerlyckan.se", entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc jwksserve.DIDDocument
+	if err := json.Unmarshal(d.Body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	want := []jwksserve.DIDService{{ID: "did:web:villaakerlyckan.se#vrp-key-history", Type: "VrpKeyHistory",
+		ServiceEndpoint: "https://villaakerlyckan.se/.well-known/vrp-key-history.json"}}
+	if !reflect.DeepEqual(doc.Service, want) {
+		t.Errorf("service %+v, want %+v", doc.Service, want)
+	}
+	for _, vm := range doc.VerificationMethod {
+		if strings.HasSuffix(vm.ID, "-02") {
+			t.Errorf("did.json lists the revoked %s", vm.ID)
+		}
+	}
+}

@@ -161,7 +161,7 @@ func (m *Manager) destroyIn(ctx context.Context, tx store.Tx, st *keyState, now 
 	if err != nil {
 		return Destroyed{}, fmt.Errorf("rotation: %s: %w", kid, err)
 	}
-	res, err := d.DestroyKey(ctx, kid, backends.Handle{Ref: target.BackendRef, Sealed: target.SealedPrivateKey, Public: pub},
+	res, err := d.DestroyKey(ctx, kid, backends.Handle{Ref: target.BackendRef, Sealed: target.SealedPrivateKey, Public: pub, KeyName: target.KeyName},
 		backends.DestroyOptions{PendingWindowDays: p.PendingDays})
 	if err != nil {
 		return Destroyed{}, fmt.Errorf("rotation: destroy the key material of %s: %w", kid, err)

@@ -43,6 +43,9 @@ type keyState struct {
 	// completed is set when transition first completed a due scheduled
 	// activation (see completeDue).
 	completed bool
+	// extra is the lead added to L for activation instants armed in this
+	// attempt (retryDeadline raises it after a missed commit deadline).
+	extra time.Duration
 }
 
 func (m *Manager) readState(ctx context.Context, tx store.Tx, name string) (*keyState, error) {
@@ -73,25 +76,38 @@ func (m *Manager) readState(ctx context.Context, tx store.Tx, name string) (*key
 }
 
 // transition runs fn under the key's lock in one transaction, notifies the
-// other replicas on commit and reloads the Keyring.
+// other replicas on commit and reloads the Keyring. A transaction that
+// arms an activation carries a commit deadline (arm); when it misses it,
+// the whole transaction is retried with a later instant (retryDeadline),
+// so fn must only set variables it owns. The first transaction of a
+// request that commits claims the request's idempotency key, if any
+// (WithIdempotencyKey).
 func (m *Manager) transition(ctx context.Context, name string, fn func(tx store.Tx, st *keyState, now time.Time) error) error {
-	err := m.store.InTx(ctx, func(tx store.Tx) error {
-		st, err := m.readState(ctx, tx, name)
-		if err != nil {
-			return err
-		}
-		now := st.clamp(m.now())
-		if err := m.completeDue(ctx, tx, st, now); err != nil {
-			return err
-		}
-		if err := fn(tx, st, now); err != nil {
-			return err
-		}
-		return tx.NotifyChange(ctx, name)
+	claim := claimFrom(ctx)
+	err := m.retryDeadline(ctx, func(extra time.Duration) error {
+		return m.store.InTx(ctx, func(tx store.Tx) error {
+			st, err := m.readState(ctx, tx, name)
+			if err != nil {
+				return err
+			}
+			st.extra = extra
+			now := st.clamp(m.now())
+			if err := m.completeDue(ctx, tx, st, now); err != nil {
+				return err
+			}
+			if err := fn(tx, st, now); err != nil {
+				return err
+			}
+			if err := claim.claimIn(ctx, tx, now); err != nil {
+				return err
+			}
+			return tx.NotifyChange(ctx, name)
+		})
 	})
 	if err != nil {
 		return err
 	}
+	claim.committed()
 	crashPoint("transition.committed")
 	m.reloadAfterCommit(ctx)
 	return nil
@@ -103,8 +119,17 @@ func (m *Manager) transition(ctx context.Context, name string, fn func(tx store.
 // on the version that is really signing.
 func (m *Manager) completeDue(ctx context.Context, tx store.Tx, st *keyState, now time.Time) error {
 	p := st.pending
-	if p == nil || p.ActivatesAt == nil || now.Before(*p.ActivatesAt) {
+	if p == nil || p.ActivatesAt == nil || now.Before(*p.ActivatesAt) || !m.armed(*p) {
 		return nil
+	}
+	if m.lead == 0 {
+		// In-process mode arms at prepublication, so the hold happens
+		// here: a version whose private half this (only) signer cannot
+		// load does not activate; the active version keeps signing.
+		if err := m.canLoad(ctx, st.key, *p); err != nil {
+			m.stats.HeldActivations.Add(1)
+			return nil
+		}
 	}
 	next, err := m.activate(ctx, tx, st, *p, *p.ActivatesAt, schedulerActor)
 	if err != nil {
@@ -178,7 +203,21 @@ func (m *Manager) mintVersion(ctx context.Context, tx store.Tx, st *keyState, no
 // if there is one, or else a new version activates now, and the active
 // version retires at the same instant. It returns the new and the retired
 // version. Errors: ErrKeyNotFound, ErrNoActive, backend errors.
+//
+// With a propagation bound L (ADR 0014) the switch is not immediate: the
+// new version's activation is armed at the first whole second at least L
+// after the commit, every replica switches then from memory, and Rotate
+// waits for that instant and returns the transition as recorded. Errors
+// then also: ErrActivationHeld (this replica cannot load the new
+// version's private half; nothing switches).
 func (m *Manager) Rotate(ctx context.Context, name string, actor Actor) (newV, oldV store.KeyVersion, err error) {
+	if m.lead > 0 {
+		newV, oldV, err = m.activateArmed(ctx, name, "", armOpts{}, actor)
+		if err == nil {
+			m.log.Info("key rotated", "key", name, "new_kid", newV.KID, "retired_kid", oldV.KID, "at", newV.ActivatedAt, "actor", actor.Name)
+		}
+		return newV, oldV, err
+	}
 	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
 		if st.active == nil {
 			return fmt.Errorf("%w: %s", ErrNoActive, name)
@@ -244,7 +283,13 @@ func (m *Manager) prepublish(ctx context.Context, tx store.Tx, st *keyState, now
 	if err != nil {
 		return v, err
 	}
+	if m.lead > 0 {
+		at = ceilSecond(at) // activation instants are whole seconds (ADR 0014)
+	}
 	v.State, v.ActivatesAt = store.StatePending, &at
+	if m.lead == 0 {
+		v.ArmedAt = &now // in-process mode: the planned instant is final
+	}
 	if err := tx.InsertVersion(ctx, v); err != nil {
 		return v, err
 	}
@@ -256,12 +301,44 @@ func (m *Manager) prepublish(ctx context.Context, tx store.Tx, st *keyState, now
 	return v, nil
 }
 
-// Activate promotes a pending version now, ahead of its schedule.
-// Errors: ErrVersionNotFound, ErrInvalidTransition (not pending).
+// Activate promotes a pending version now, ahead of its schedule, once it
+// has been published for longer than the JWKS max-age (K3): before that a
+// verifier may hold a cached JWKS without it and would reject its
+// signatures. Errors: ErrVersionNotFound, ErrInvalidTransition (not
+// pending), ErrActivationTooEarly (use ActivateEmergency to accept the gap).
+//
+// With a propagation bound L (ADR 0014) the activation is armed at the
+// first whole second at least L after the commit and Activate returns once
+// it is recorded (see Rotate); ErrActivationHeld when this replica cannot
+// load the version's private half.
 func (m *Manager) Activate(ctx context.Context, kid string, actor Actor) (store.KeyVersion, error) {
+	return m.activateNow(ctx, kid, false, actor)
+}
+
+// ActivateEmergency is Activate without the wait for JWKS caches: for an
+// emergency (the active version is suspect), accepting that verifiers with
+// a cached JWKS reject the version's first signatures. A reason is
+// required; the activation is audited as an emergency, with how long the
+// version had been published and the max-age. Errors: those of Activate
+// except ErrActivationTooEarly, and ErrInvalidRequest without a reason.
+func (m *Manager) ActivateEmergency(ctx context.Context, kid string, actor Actor) (store.KeyVersion, error) {
+	if strings.TrimSpace(actor.Reason) == "" {
+		return store.KeyVersion{}, invalid("an emergency activation needs a reason")
+	}
+	return m.activateNow(ctx, kid, true, actor)
+}
+
+func (m *Manager) activateNow(ctx context.Context, kid string, emergency bool, actor Actor) (store.KeyVersion, error) {
 	name, err := m.keyOf(ctx, kid)
 	if err != nil {
 		return store.KeyVersion{}, err
+	}
+	if m.lead > 0 {
+		v, _, err := m.activateArmed(ctx, name, kid, armOpts{checkAge: true, emergency: emergency}, actor)
+		if err == nil && emergency {
+			m.log.Warn("emergency activation: verifiers with a cached JWKS may reject this version's first signatures", "key", name, "kid", kid, "actor", actor.Name, "reason", actor.Reason)
+		}
+		return v, err
 	}
 	var out store.KeyVersion
 	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
@@ -272,16 +349,27 @@ func (m *Manager) Activate(ctx context.Context, kid string, actor Actor) (store.
 		if st.pending == nil || st.pending.KID != kid {
 			return fmt.Errorf("%w: %s is not pending", ErrInvalidTransition, kid)
 		}
-		var err error
+		age, err := m.publishedLongEnough(*st.pending, now, emergency)
+		if err != nil {
+			return err
+		}
 		if out, err = m.activate(ctx, tx, st, *st.pending, now, actor); err != nil {
 			return err
 		}
 		if err := tx.UpdateVersion(ctx, out); err != nil {
 			return err
 		}
-		_, err = m.audit(ctx, tx, actor, "version.activate", name, kid, "")
+		details := ""
+		if emergency {
+			d, _ := json.Marshal(m.emergencyDetails(age))
+			details = string(d)
+		}
+		_, err = m.audit(ctx, tx, actor, "version.activate", name, kid, details)
 		return err
 	})
+	if err == nil && emergency {
+		m.log.Warn("emergency activation: verifiers with a cached JWKS may reject this version's first signatures", "key", name, "kid", kid, "actor", actor.Name, "reason", actor.Reason)
+	}
 	return out, err
 }
 
@@ -343,7 +431,13 @@ func (m *Manager) revokeIn(ctx context.Context, tx store.Tx, st *keyState, now t
 		return revoked, nil, fmt.Errorf("%w: %s is already revoked", ErrInvalidTransition, kid)
 	}
 	prev := target.State
-	if prev == store.StateActive {
+	if prev == store.StateActive && m.lead > 0 {
+		next, err := m.revokeActiveArmed(ctx, tx, st, now, target, Actor{Name: actor.Name, ID: actor.ID, Reason: "revocation of " + kid + ": " + reason})
+		if err != nil {
+			return revoked, nil, err
+		}
+		replacement = &next
+	} else if prev == store.StateActive {
 		next, err := m.rotateNow(ctx, tx, st, now, Actor{Name: actor.Name, ID: actor.ID, Reason: "revocation of " + kid + ": " + reason})
 		if err != nil {
 			return revoked, nil, err
@@ -494,8 +588,12 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (out Appr
 		if a.Status != "pending" {
 			return fmt.Errorf("%w: approval %s is already %s", ErrInvalidTransition, id, a.Status)
 		}
-		if a.RequestedBy == actor.identity() {
-			return fmt.Errorf("%w: approval %s was requested by the same principal", ErrSamePrincipal, id)
+		requester, err := m.requesterIdentity(ctx, tx, a)
+		if err != nil {
+			return err
+		}
+		if requester == actor.identity() {
+			return fmt.Errorf("%w: approval %s was requested by the same principal (%s)", ErrSamePrincipal, id, strings.TrimPrefix(requester, PrincipalIDPrefix))
 		}
 		a.DecidedBy, a.DecidedByName, a.DecidedAt = actor.identity(), actor.Name, &now
 		if !now.Before(a.ExpiresAt) {
@@ -567,11 +665,13 @@ type policyParams struct {
 }
 
 // SetPolicy replaces a key's rotation policy (validated against the JWKS
-// max-age) and audits the change. Switching the two-person rule off is
-// itself a two-person change: while the key's policy has it, a policy
-// without it is not applied but filed as a pending approval (action
-// "policy") that a second principal grants with Approve; approval is then
-// non-nil. Otherwise the policy is applied at once and approval is nil.
+// max-age and the minimum retention) and audits the change. Switching the
+// two-person rule off, and cutting the retention (shorter, or from
+// forever to a bound), are themselves two-person changes: while the key's
+// policy has the rule, such a policy is not applied but filed as a pending
+// approval (action "policy") that a second principal grants with Approve;
+// approval is then non-nil. Otherwise the policy is applied at once and
+// approval is nil.
 // Errors: invalid policies (ErrInvalidPolicy), ErrKeyNotFound,
 // ErrApprovalPending.
 func (m *Manager) SetPolicy(ctx context.Context, name string, p Policy, actor Actor) (approval *store.Approval, err error) {
@@ -579,9 +679,12 @@ func (m *Manager) SetPolicy(ctx context.Context, name string, p Policy, actor Ac
 		return nil, err
 	}
 	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
-		if st.policy.TwoPersonRule && !p.TwoPersonRule {
-			a, err := m.fileApproval(ctx, tx, now, name, "policy", "", policyParams{Policy: p, Reason: actor.Reason}, actor,
-				map[string]any{"two_person_rule": false})
+		if off, cut := !p.TwoPersonRule, retentionCut(st.policy, p); st.policy.TwoPersonRule && (off || cut) {
+			details := map[string]any{"two_person_rule": p.TwoPersonRule}
+			if cut {
+				details["retention"] = map[string]string{"old": time.Duration(st.policy.Retention).String(), "new": time.Duration(p.Retention).String()}
+			}
+			a, err := m.fileApproval(ctx, tx, now, name, "policy", "", policyParams{Policy: p, Reason: actor.Reason}, actor, details)
 			approval = &a
 			return err
 		}
@@ -642,6 +745,8 @@ func (m *Manager) due(e *KeyEntry) (at time.Time, ok bool) {
 		}
 	}
 	switch {
+	case pending != nil && pending.ActivatesAt != nil && !m.armed(*pending):
+		return pending.ActivatesAt.Add(-m.armLead()), true // time to arm it
 	case pending != nil && pending.ActivatesAt != nil:
 		return *pending.ActivatesAt, true
 	case pending == nil && active != nil && active.ActivatedAt != nil && e.Policy.RotationPeriod > 0:
@@ -673,62 +778,137 @@ func (m *Manager) SetBackend(ctx context.Context, name, backend string, actor Ac
 
 // NextTransition returns when the scheduler next acts on key e
 // (prepublication or activation); ok is false when nothing is scheduled.
-func (m *Manager) NextTransition(e *KeyEntry) (at time.Time, ok bool) { return m.due(e) }
+func (m *Manager) NextTransition(e *KeyEntry) (at time.Time, ok bool) {
+	for _, v := range e.Versions {
+		if v.State == store.StatePending && v.ActivatesAt != nil {
+			return *v.ActivatesAt, true // planned or armed activation; overdue while held
+		}
+	}
+	return m.due(e)
+}
 
 // Tick performs every due scheduled transition: prepublishing the next
 // version of keys whose active version is within prepublish of its
-// rotation period, and activating pending versions whose time has come
-// (at their scheduled instant, which is also when every replica switched
-// to them). It returns how many transitions it made.
+// rotation period, arming pending activations (with a propagation bound:
+// armLead before their planned instant, once this replica has loaded the
+// version's private half — else the activation is held, ErrActivationHeld,
+// and reported overdue), and recording activations whose instant has come
+// (at that instant, which is also when every replica switched to them).
+// A key whose transition fails is retried with bounded exponential
+// backoff with jitter (200 ms to 30 s), with one log line per failure
+// episode and a counter per attempt (Stats.SchedulerFailures); other keys
+// are unaffected. It returns how many transitions it made.
 func (m *Manager) Tick(ctx context.Context) (int, error) {
 	ring := m.Keyring()
 	now := m.now()
 	n := 0
 	var errs []error
 	for _, name := range ring.SortedNames() {
-		if at, ok := m.due(ring.Keys[name]); !ok || now.Before(at) {
+		e := ring.Keys[name]
+		if at, ok := m.due(e); !ok || now.Before(at) {
 			continue
 		}
-		err := m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
-			if st.completed {
-				n++ // transition activated the due pending version
-			}
-			switch {
-			case st.pending == nil && st.active != nil && st.active.ActivatedAt != nil && st.policy.RotationPeriod > 0:
-				pre := m.effectivePrepublish(st.policy)
-				at := st.active.ActivatedAt.Add(time.Duration(st.policy.RotationPeriod))
-				if now.Before(at.Add(-prepublishLead * pre)) {
-					return nil // another replica did it, or the policy changed
-				}
-				if earliest := now.Add(pre); at.Before(earliest) {
-					at = earliest // never sign before being published for prepublish
-				}
-				if _, err := m.prepublish(ctx, tx, st, now, at, schedulerActor); err != nil {
-					return err
-				}
-				n++
-			}
-			return nil
-		})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("key %s: %w", name, err))
+		kb := m.schedulerBackoff(name)
+		if now.Before(kb.next) {
+			continue
 		}
+		made, err := m.tickKey(ctx, name, e)
+		n += made
+		if err != nil {
+			if ctx.Err() != nil {
+				return n, errors.Join(append(errs, err)...)
+			}
+			m.stats.SchedulerFailures.Add(1)
+			kb.ep.fail(m.log, "scheduled transition failed; retrying with backoff", err, "key", name)
+			kb.next = now.Add(kb.bo.NextBackOff())
+			errs = append(errs, fmt.Errorf("key %s: %w", name, err))
+			continue
+		}
+		kb.ep.recover(m.log, "scheduled transitions of the key succeed again", "key", name)
+		kb.bo.Reset()
+		kb.next = time.Time{}
 	}
 	return n, errors.Join(errs...)
 }
 
-// RunScheduler calls Tick until ctx ends: at each key's next due instant,
-// and at least every interval (which also picks up policy changes).
+// armLead is how long before a scheduled activation's planned instant the
+// scheduler arms it: 3 L (at least L + 1 s), so that a slow store still
+// commits it by the planned instant − L.
+func (m *Manager) armLead() time.Duration { return max(3*m.lead, m.lead+time.Second) }
+
+// tickKey performs key name's due scheduled transition.
+func (m *Manager) tickKey(ctx context.Context, name string, e *KeyEntry) (int, error) {
+	// The pending version whose activation this tick may arm (or, in
+	// in-process mode, complete) must be loadable here.
+	var hold *store.KeyVersion
+	for i := range e.Versions {
+		if v := e.Versions[i]; v.State == store.StatePending && (!m.armed(v) || m.lead == 0) {
+			hold = &e.Versions[i]
+		}
+	}
+	if hold != nil {
+		// Hold the activation unless this replica holds the private half.
+		if err := m.canLoad(ctx, e.Key, *hold); err != nil {
+			m.stats.HeldActivations.Add(1)
+			return 0, fmt.Errorf("%w: %s: %v", ErrActivationHeld, hold.KID, err)
+		}
+	}
+	n := 0
+	err := m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		n = 0
+		if st.completed {
+			n++ // transition activated the due pending version
+		}
+		switch {
+		case st.pending != nil && !m.armed(*st.pending) && st.pending.ActivatesAt != nil && m.lead > 0:
+			planned := *st.pending.ActivatesAt
+			if hold == nil || hold.KID != st.pending.KID || now.Before(planned.Add(-m.armLead())) {
+				return nil // changed meanwhile; the next tick sees it
+			}
+			at := m.activationInstant(now, st.extra)
+			if at.Before(planned) {
+				at = planned
+			}
+			if _, err := m.arm(ctx, tx, st, now, at, schedulerActor); err != nil {
+				return err
+			}
+			n++
+		case st.pending == nil && st.active != nil && st.active.ActivatedAt != nil && st.policy.RotationPeriod > 0:
+			pre := m.effectivePrepublish(st.policy)
+			at := st.active.ActivatedAt.Add(time.Duration(st.policy.RotationPeriod))
+			if now.Before(at.Add(-prepublishLead * pre)) {
+				return nil // another replica did it, or the policy changed
+			}
+			if earliest := now.Add(pre); at.Before(earliest) {
+				at = earliest // never sign before being published for prepublish
+			}
+			if m.lead > 0 {
+				at = ceilSecond(at) // activation instants are whole seconds
+			}
+			if _, err := m.prepublish(ctx, tx, st, now, at, schedulerActor); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// RunScheduler calls Tick until ctx ends: at each key's next due instant
+// (or the end of its backoff), and at least every interval (which also
+// picks up policy changes).
 func (m *Manager) RunScheduler(ctx context.Context, interval time.Duration) {
 	for {
-		if _, err := m.Tick(ctx); err != nil && ctx.Err() == nil {
-			m.log.Error("scheduled rotation failed", "err", err)
-		}
+		_, _ = m.Tick(ctx) // failures are logged per key and episode by Tick
 		wait := interval
 		ring := m.Keyring()
 		now := m.now()
-		for _, e := range ring.Keys {
+		for name, e := range ring.Keys {
 			if at, ok := m.due(e); ok {
+				if kb := m.schedulerBackoff(name); kb.next.After(at) {
+					at = kb.next
+				}
 				if d := at.Sub(now); d < wait {
 					wait = max(d, time.Millisecond)
 				}
@@ -785,6 +965,31 @@ func crashPoint(name string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
+}
+
+// requesterIdentity is the principal id that filed approval a. Approvals
+// filed before principals were compared by person recorded the API token
+// ("token:ID"): that token's name gives the person. One filed through a
+// client certificate then ("token:cert:CN") cannot be resolved and must be
+// filed again; an id of a token that no longer exists stays as it is.
+func (m *Manager) requesterIdentity(ctx context.Context, tx store.Tx, a store.Approval) (string, error) {
+	id, ok := strings.CutPrefix(a.RequestedBy, "token:")
+	if !ok {
+		return a.RequestedBy, nil
+	}
+	if strings.HasPrefix(id, "cert:") {
+		return "", fmt.Errorf("%w: approval %s was filed through a client certificate before approvals compared principals; file it again", ErrInvalidTransition, a.ID)
+	}
+	tokens, err := tx.ListTokens(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, t := range tokens {
+		if t.ID == id {
+			return PrincipalID(t.Name), nil
+		}
+	}
+	return a.RequestedBy, nil
 }
 
 // requesterName is how an approval's requester is named in the audit trail

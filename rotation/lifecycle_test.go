@@ -39,7 +39,7 @@ func newLCEnv(t *testing.T, s store.Store, now time.Time, maxAge time.Duration) 
 // createPolicy creates a key of issuer with a rotation policy and algorithm.
 func (e *env) createPolicy(t *testing.T, name, iss, alg string, p rotation.Policy) (store.Key, store.KeyVersion) {
 	t.Helper()
-	k, v, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: name, Issuer: iss, Algorithm: alg, Policy: p}, alice)
+	k, v, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: name, Issuer: iss, Algorithm: alg, Policy: p, ShareIssuer: true}, alice)
 	if err != nil {
 		t.Fatalf("CreateKey %s: %v", name, err)
 	}
@@ -96,6 +96,22 @@ func lcHistory(t *testing.T, d jwksserve.Document) jwksserve.History {
 	if err := json.Unmarshal(d.Body, &h); err != nil {
 		t.Fatalf("history %s: %v", d.Body, err)
 	}
+	// Revoked versions are only under vrp_revoked_keys (ADR 0027), out of
+	// reach of a plain JOSE library; merged back here in kid order (the
+	// creation order of one issuer's kids).
+	for _, e := range h.Keys {
+		if e.Status == string(store.StateRevoked) {
+			t.Errorf("history lists revoked %s under keys", e.KID)
+		}
+	}
+	for _, e := range h.Revoked {
+		if e.Status != string(store.StateRevoked) {
+			t.Errorf("history lists %s %s under vrp_revoked_keys", e.Status, e.KID)
+		}
+	}
+	h.Keys = append(h.Keys, h.Revoked...)
+	h.Revoked = nil
+	sort.SliceStable(h.Keys, func(i, j int) bool { return h.Keys[i].KID < h.Keys[j].KID })
 	return h
 }
 
@@ -266,6 +282,9 @@ func checkDocuments(t *testing.T, e *env, name string) {
 			t.Fatal(err)
 		}
 		want.RevocationReason, want.Backend = v.RevocationReason, ke.Key.Backend
+		if want.Thumbprint, err = jwksserve.Thumbprint(v.PublicJWK); err != nil || len(want.Thumbprint) != 43 {
+			t.Fatalf("thumbprint %q: %v", want.Thumbprint, err)
+		}
 		if got != want {
 			t.Errorf("history entry %d:\n got %+v\nwant %+v", i, got, want)
 		}
@@ -408,6 +427,8 @@ func TestInvalidPolicyWritesNothing(t *testing.T) {
 			{RotationPeriod: d(-time.Hour)},
 			{Prepublish: d(-time.Hour)},
 			{Retention: d(-time.Hour)},
+			{Retention: d(time.Hour)}, // shorter than an attestation may stay valid (issue 13)
+			{Retention: d(rotation.DefaultMinRetention - time.Second)},
 		}
 		e := newLCEnv(t, s, t0, 0)
 		for _, p := range bad {
@@ -426,7 +447,7 @@ func TestInvalidPolicyWritesNothing(t *testing.T) {
 			t.Fatalf("refused CreateKey created %d key pairs", n)
 		}
 
-		good := rotation.Policy{RotationPeriod: d(24 * time.Hour), Prepublish: d(301 * time.Second), Retention: d(time.Hour)}
+		good := rotation.Policy{RotationPeriod: d(24 * time.Hour), Prepublish: d(301 * time.Second), Retention: d(rotation.DefaultMinRetention)}
 		_, v1 := e.createPolicy(t, "villa", issuer, "", good)
 		if got := e.entry(t, "villa").Policy; got != good {
 			t.Fatalf("Keyring policy %+v, want %+v", got, good)
@@ -495,7 +516,7 @@ func TestCreateKeyMaxAgeCap(t *testing.T) {
 		}
 		// Without caching (negative max-age) any positive prepublish is fine.
 		e0 := newLCEnv(t, s, t0, -1)
-		_, _, err = e0.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: "fast", Issuer: issuer,
+		_, _, err = e0.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: "fast", Issuer: issuer, ShareIssuer: true,
 			Policy: rotation.Policy{RotationPeriod: rotation.Duration(time.Second), Prepublish: rotation.Duration(400 * time.Millisecond)}}, alice)
 		if err != nil {
 			t.Fatalf("CreateKey with max-age 0: %v", err)
@@ -1087,9 +1108,18 @@ func TestActivate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t2 := t1.Add(3 * time.Minute)
-		e.at(t2)
+		// 3 minutes after publication a verifier may still hold a JWKS
+		// without it (max-age 5 min): refused, nothing written.
+		e.at(t1.Add(3 * time.Minute))
 		seq := lastSeq(t, s)
+		if _, err := e.m.Activate(ctx, p.KID, alice); !errors.Is(err, rotation.ErrActivationTooEarly) {
+			t.Fatalf("Activate 3 min after publication: %v, want ErrActivationTooEarly", err)
+		}
+		if lastSeq(t, s) != seq {
+			t.Fatal("a refused activation wrote audit rows")
+		}
+		t2 := t1.Add(6 * time.Minute)
+		e.at(t2)
 		a, err := e.m.Activate(ctx, p.KID, alice)
 		if err != nil {
 			t.Fatalf("Activate: %v", err)
@@ -1487,7 +1517,8 @@ func TestRevokeDuePending(t *testing.T) {
 func TestRetention(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s store.Store) {
 		e := newLCEnv(t, s, t0, 0)
-		_, v1 := e.createPolicy(t, "villa", issuer, "", rotation.Policy{Retention: rotation.Duration(time.Hour)})
+		const R = rotation.DefaultMinRetention // the shortest retention allowed
+		_, v1 := e.createPolicy(t, "villa", issuer, "", rotation.Policy{Retention: rotation.Duration(R)})
 		T := t0.Add(2 * time.Hour)
 		e.at(T)
 		v2, _ := e.rotate(t, "villa")
@@ -1496,10 +1527,10 @@ func TestRetention(t *testing.T) {
 			inSet bool
 		}{
 			{T, true},
-			{T.Add(59 * time.Minute), true},
-			{T.Add(time.Hour - time.Microsecond), true},
-			{T.Add(time.Hour), false},
-			{T.Add(time.Hour + time.Microsecond), false},
+			{T.Add(R - time.Minute), true},
+			{T.Add(R - time.Microsecond), true},
+			{T.Add(R), false},
+			{T.Add(R + time.Microsecond), false},
 			{T.Add(1000 * time.Hour), false},
 		} {
 			e.at(c.at)
@@ -1631,8 +1662,9 @@ func TestLifecycleClockBehind(t *testing.T) {
 		}
 		behind := newLCEnv(t, s, t0, 0) // two hours behind
 
-		// Activate.
-		a, err := behind.m.Activate(ctx, p.KID, alice)
+		// Activate (an emergency: the clamped clock says it was published
+		// just now).
+		a, err := behind.m.ActivateEmergency(ctx, p.KID, alice)
 		if err != nil {
 			t.Fatalf("Activate with a clock behind: %v", err)
 		}

@@ -54,7 +54,35 @@ var (
 	ErrSamePrincipal = errors.New("the approver must be a different principal")
 	// ErrApprovalPending: the same change already awaits approval.
 	ErrApprovalPending = errors.New("the same change already awaits a second principal's approval")
+	// ErrActivationTooEarly: a pending version has not been published for
+	// longer than the JWKS max-age, so cached JWKS copies may lack it (K3).
+	ErrActivationTooEarly = errors.New("the version has not been published longer than the JWKS max-age")
+	// ErrIssuerInUse: another key has the issuer; CreateKeyRequest.
+	// ShareIssuer says the new key joins it on purpose.
+	ErrIssuerInUse = errors.New("another key already has this issuer")
+	// ErrHistoryNotBacked: the transparency log does not back the key
+	// version (or key) as stored — altered, inserted, rolled back or
+	// deleted in the database (issue 12 item 5, ADR 0016).
+	ErrHistoryNotBacked = errors.New("key history not backed by the transparency log")
+	// ErrHistoryUnconfirmed: a change that must be confirmed against the
+	// transparency log (minting a kid, ADR 0016) could not be, because no
+	// log answered; nothing was changed, retry.
+	ErrHistoryUnconfirmed = errors.New("cannot confirm the change with the transparency log")
 )
+
+// HistoryChecker checks key history as read against an outside record
+// (package anchor: the transparency log). Check never fails as a whole:
+// what it cannot confirm is reported unbacked (fail closed).
+type HistoryChecker interface {
+	Check(ctx context.Context, h store.History) HistoryVerdict
+}
+
+// HistoryVerdict names what a HistoryChecker found not backed, with the
+// reason (which names the kid or key).
+type HistoryVerdict struct {
+	Versions map[string]string // kid → reason; such a version is not published and never signs
+	Keys     map[string]string // key name → reason; such a key does not sign
+}
 
 // Manager owns every lifecycle change and the Keyring.
 type Manager struct {
@@ -70,10 +98,32 @@ type Manager struct {
 	approvalWindow time.Duration
 	// defaultPrepublish applies to policies without their own prepublish.
 	defaultPrepublish time.Duration
+	// minRetention is the shortest non-zero retention a policy may set.
+	minRetention time.Duration
 
 	mu      sync.Mutex                   // serializes Reload
 	signers map[string]*signer.JWSSigner // by kid; loaded private halves, reused across reloads
-	ring    atomic.Pointer[Keyring]
+	// signerKey is the key each cached signer was loaded for: a version
+	// found under another key is loaded again (and the backend refuses
+	// a sealed blob bound to another key name).
+	signerKey map[string]string
+	ring      atomic.Pointer[Keyring]
+	// loadFailing names the kids whose private half failed to load at the
+	// last attempt (guarded by mu): one log line per failure episode.
+	loadFailing map[string]bool
+
+	// ADR 0014 (lease.go): L, δ, D; the lease end (unix ns) and the
+	// lifecycle epoch of the loaded Keyring.
+	lead, skew, leaseLen time.Duration
+	freshUntil, epoch    atomic.Int64
+	txDur                atomic.Int64 // recent transition duration (ns, EWMA), for the first commit deadline
+	ringLoaded           atomic.Bool
+	stale                episode // "signing refused: stale" episodes
+	stats                Stats
+	schedMu              sync.Mutex
+	sched                map[string]*keyBackoff // scheduler backoff per key
+	checker              HistoryChecker         // nil: key history is taken as read
+	notBackedSeen        map[string]bool        // not-backed reasons logged (guarded by mu)
 }
 
 // Config configures a Manager.
@@ -94,7 +144,32 @@ type Config struct {
 	// DefaultPrepublish is the prepublish of policies that set none; it
 	// must exceed the JWKS max-age. 0: twice the max-age (at least 1 s).
 	DefaultPrepublish time.Duration
+	// MinRetention is the shortest retention a policy may set (0, keep
+	// forever, is always allowed): how long an attestation keysvc issues
+	// can stay valid after its key version stopped signing — the longest
+	// valid_for plus the served_at skew — so that no retired version leaves
+	// the JWKS while receipts it signed are inside their window (issue 13).
+	// 0 means DefaultMinRetention; negative means no minimum.
+	MinRetention time.Duration
+	// PropagationBound is L (ADR 0014, lease.go): every activation is
+	// committed at least L before it takes effect, and the signing lease
+	// is L − MaxClockSkew − min(250 ms, L/8). 0 selects in-process mode
+	// (activations take effect when recorded, no lease): only for a
+	// single Manager that is the only signer (tests).
+	PropagationBound time.Duration
+	// MaxClockSkew is δ: how far any replica's clock may be from the
+	// database's. Must leave a positive lease.
+	MaxClockSkew time.Duration
+	// History, when set, checks every reload's key history (issue 12
+	// item 5): a version it does not back is left out of every public
+	// document and never signs; a key it does not back does not sign.
+	History HistoryChecker
 }
+
+// DefaultMinRetention is the MinRetention of keysvc's defaults: attestations
+// valid for up to 24 h (the API's MaxValidFor) with served_at up to 5 min
+// ahead of the clock (its MaxServedAtSkew).
+const DefaultMinRetention = 24*time.Hour + 5*time.Minute
 
 // New returns a Manager with an empty Keyring; call Reload to load history.
 func New(cfg Config) *Manager {
@@ -105,13 +180,31 @@ func New(cfg Config) *Manager {
 		log:            cfg.Logger,
 		defaultKey:     cfg.DefaultKey,
 		signers:        map[string]*signer.JWSSigner{},
+		signerKey:      map[string]string{},
 		maxAge:         cfg.JWKSMaxAge,
 		approvalWindow: cfg.ApprovalWindow,
+		loadFailing:    map[string]bool{},
+		sched:          map[string]*keyBackoff{},
+		lead:           cfg.PropagationBound,
+		skew:           cfg.MaxClockSkew,
+		checker:        cfg.History,
+	}
+	if m.lead > 0 {
+		m.leaseLen = m.lead - m.skew - commitMargin(m.lead)
+		if m.leaseLen < m.lead/4 {
+			m.leaseLen = m.lead / 4 // Validate refuses such a configuration; never a negative lease
+		}
 	}
 	if m.approvalWindow <= 0 {
 		m.approvalWindow = time.Hour
 	}
 	m.defaultPrepublish = cfg.DefaultPrepublish
+	switch {
+	case cfg.MinRetention == 0:
+		m.minRetention = DefaultMinRetention
+	case cfg.MinRetention > 0:
+		m.minRetention = cfg.MinRetention
+	}
 	switch {
 	case m.maxAge < 0:
 		m.maxAge = 0
@@ -124,10 +217,14 @@ func New(cfg Config) *Manager {
 	if m.log == nil {
 		m.log = slog.Default()
 	}
+	if m.store != nil {
+		m.store = auditLogStore{Store: m.store, log: m.log}
+	}
 	for _, b := range cfg.Backends {
 		m.backends[b.Kind()] = b
 	}
-	m.ring.Store(&Keyring{Keys: map[string]*KeyEntry{}, DID: map[string]jwksserve.Document{}})
+	m.ring.Store(&Keyring{Keys: map[string]*KeyEntry{}, DID: map[string]jwksserve.Document{},
+		IssuerJWKS: map[string]jwksserve.Document{}, IssuerHistory: map[string]jwksserve.Document{}})
 	return m
 }
 
@@ -148,7 +245,26 @@ func (m *Manager) validatePolicy(p Policy) error {
 	if pre := m.effectivePrepublish(p); p.RotationPeriod > 0 && time.Duration(p.RotationPeriod) <= pre {
 		return invalid("rotation_period %s must exceed prepublish %s", time.Duration(p.RotationPeriod), pre)
 	}
+	if p.Retention > 0 && time.Duration(p.Retention) < m.minRetention {
+		return invalid("retention %s is shorter than the %s an attestation may stay valid after its key version stopped signing (longest valid_for plus served_at skew): the retired version would leave the JWKS while receipts it signed are inside their window; use at least %s, or 0 to keep it forever",
+			time.Duration(p.Retention), m.minRetention, m.minRetention)
+	}
 	return nil
+}
+
+// MinRetention returns the shortest retention a policy may set (0: none).
+func (m *Manager) MinRetention() time.Duration { return m.minRetention }
+
+// retentionCut reports whether going from policy old to next shortens how
+// long retired versions stay in the JWKS (0 is forever).
+func retentionCut(old, next Policy) bool {
+	switch {
+	case next.Retention == 0:
+		return false
+	case old.Retention == 0:
+		return true
+	}
+	return next.Retention < old.Retention
 }
 
 // Backends returns the configured backends, sorted by kind.
@@ -171,6 +287,15 @@ type Keyring struct {
 	Keys    map[string]*KeyEntry
 	Default string                        // name of the default key ("" when there is none)
 	DID     map[string]jwksserve.Document // did:web document by issuer
+	// IssuerJWKS and IssuerHistory are, by issuer, the JWKS of every
+	// published version of every key of the issuer and the key-history
+	// document of all their versions: what /.well-known/jwks.json and
+	// /.well-known/vrp-key-history.json serve for a request whose Host is
+	// the issuer, so that an attestation's default source
+	// (https://<issuer>/.well-known/jwks.json) holds the signing version
+	// whichever of the issuer's keys made it (issue 15).
+	IssuerJWKS    map[string]jwksserve.Document
+	IssuerHistory map[string]jwksserve.Document
 }
 
 // KeyEntry is one key in a Keyring.
@@ -179,27 +304,46 @@ type KeyEntry struct {
 	Policy   Policy
 	Versions []store.KeyVersion // oldest first
 	Active   *signer.JWSSigner  // nil when no version is active
-	// Next is the pending version scheduled to activate at NextAt, loaded
-	// ahead of time: from NextAt on, SignerAt returns it, so every replica
-	// switches at the scheduled instant without waiting for the database
-	// transition (which records the same instant).
-	Next   *signer.JWSSigner
-	NextAt time.Time
-	// LoadErr is why a signing version's private half could not be loaded
-	// (backend down, key disabled); nil when all loaded. Retried on the
-	// next reload.
+	// ActiveSince is the active version's activation instant
+	// (vrp_not_before); zero when no version is active.
+	ActiveSince time.Time
+	// NextKID, NextAt: the armed pending version and its activation
+	// instant (ADR 0014). Next is its private half, loaded ahead of time
+	// (nil when loading failed: NextErr). From NextAt on, SignerAt returns
+	// Next, so every replica switches at the recorded instant from memory
+	// without waiting for the database transition (which records the same
+	// instant). An unarmed pending version never signs.
+	NextKID string
+	Next    *signer.JWSSigner
+	NextAt  time.Time
+	NextErr error
+	// PendingKID, PendingErr: an unarmed pending version and why its
+	// private half could not be loaded on this replica (nil when it
+	// loaded): reported before its activation is armed, which is held
+	// while it fails here.
+	PendingKID string
+	PendingErr error
+	// LoadErr is why the key cannot sign from this replica's key history:
+	// the active version's private half could not be loaded (backend down,
+	// key disabled, backend not configured here), or its policy or public
+	// keys did not parse. nil when all loaded. Retried on the next reload;
+	// other keys are unaffected.
 	LoadErr error
 	JWKS    jwksserve.Document // the plain JWKS (published versions only)
 	History jwksserve.Document // every version, with lifecycle members (K2, K4)
 	// published are the JWKS entries, for the did:web document.
 	published []jwksserve.Entry
+	// NotBacked names the versions of the key (kid → reason) and the key
+	// itself (key name → reason) that the transparency log does not back
+	// (Config.History): left out of Versions and of every document.
+	NotBacked map[string]string
 }
 
 // SignerAt returns the version that signs at now: the scheduled next
 // version once its activation instant has come, else the active one; nil
 // when the key cannot sign.
 func (e *KeyEntry) SignerAt(now time.Time) *signer.JWSSigner {
-	if e.Next != nil && !now.Before(e.NextAt) {
+	if e.NextKID != "" && !now.Before(e.NextAt) {
 		return e.Next
 	}
 	return e.Active
@@ -208,104 +352,8 @@ func (e *KeyEntry) SignerAt(now time.Time) *signer.JWSSigner {
 // Keyring returns the current snapshot. Never nil.
 func (m *Manager) Keyring() *Keyring { return m.ring.Load() }
 
-// Reload rebuilds the Keyring from key history. Private halves already
-// loaded are reused; new active versions are loaded from their backend.
-// On error the previous Keyring stays in place.
-func (m *Manager) Reload(ctx context.Context) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	keys, err := m.store.ListKeys(ctx)
-	if err != nil {
-		return err
-	}
-	now := m.now()
-	ring := &Keyring{Keys: make(map[string]*KeyEntry, len(keys)), DID: map[string]jwksserve.Document{}}
-	oldest := ""
-	var oldestAt time.Time
-	byIssuer := map[string][]jwksserve.Entry{}
-	signing := map[string]bool{} // kids of active and pending versions
-	for _, k := range keys {
-		versions, err := m.store.ListVersions(ctx, k.Name)
-		if err != nil {
-			return err
-		}
-		pol, err := parsePolicy(k.Policy)
-		if err != nil {
-			return fmt.Errorf("key %s: %w", k.Name, err)
-		}
-		e := &KeyEntry{Key: k, Policy: pol, Versions: versions}
-		var published []store.KeyVersion
-		for _, v := range versions {
-			switch {
-			case v.State == store.StateActive:
-				signing[v.KID] = true
-				if e.Active, err = m.loadSigner(ctx, k, v); errors.Is(err, ErrUnknownBackend) {
-					return err // misconfiguration: refuse loudly
-				} else if err != nil {
-					// One key's backend failing must not stop the others,
-					// nor keep revocations from reaching this replica.
-					e.LoadErr = err
-					m.log.Error("cannot load the active version's signer; the key cannot sign", "key", k.Name, "kid", v.KID, "err", err)
-				}
-			case v.State == store.StatePending && v.ActivatesAt != nil:
-				signing[v.KID] = true
-				if e.Next, err = m.loadSigner(ctx, k, v); errors.Is(err, ErrUnknownBackend) {
-					return err
-				} else if err != nil {
-					e.LoadErr = err
-					m.log.Error("cannot load the pending version's signer", "key", k.Name, "kid", v.KID, "err", err)
-				}
-				e.NextAt = *v.ActivatesAt
-			}
-			if jwksserve.Published(v, time.Duration(pol.Retention), now) {
-				published = append(published, v)
-			}
-		}
-		if e.JWKS, err = jwksserve.BuildJWKS(published); err != nil {
-			return err
-		}
-		if e.History, err = jwksserve.BuildHistory(k, versions); err != nil {
-			return err
-		}
-		for i := len(published) - 1; i >= 0; i-- {
-			entry, err := jwksserve.EntryFor(published[i])
-			if err != nil {
-				return err
-			}
-			e.published = append(e.published, entry)
-		}
-		byIssuer[k.Issuer] = append(byIssuer[k.Issuer], e.published...)
-		ring.Keys[k.Name] = e
-		if oldest == "" || k.CreatedAt.Before(oldestAt) {
-			oldest, oldestAt = k.Name, k.CreatedAt
-		}
-	}
-	for issuer, entries := range byIssuer {
-		doc, err := jwksserve.BuildDID(issuer, entries)
-		if err != nil {
-			return err
-		}
-		ring.DID[issuer] = doc
-	}
-	ring.Default = oldest
-	if m.defaultKey != "" {
-		ring.Default = ""
-		if _, ok := ring.Keys[m.defaultKey]; ok {
-			ring.Default = m.defaultKey
-		}
-	}
-	// Private halves of versions that can no longer sign leave memory.
-	for kid := range m.signers {
-		if !signing[kid] {
-			delete(m.signers, kid)
-		}
-	}
-	m.ring.Store(ring)
-	return nil
-}
-
 func (m *Manager) loadSigner(ctx context.Context, k store.Key, v store.KeyVersion) (*signer.JWSSigner, error) {
-	if s, ok := m.signers[v.KID]; ok {
+	if s, ok := m.signers[v.KID]; ok && m.signerKey[v.KID] == k.Name {
 		return s, nil
 	}
 	if v.MaterialDestroyedAt != nil {
@@ -323,7 +371,7 @@ func (m *Manager) loadSigner(ctx context.Context, k store.Key, v store.KeyVersio
 	if err != nil {
 		return nil, fmt.Errorf("rotation: %s: %w", v.KID, err)
 	}
-	cs, err := b.Signer(ctx, v.KID, backends.Handle{Ref: v.BackendRef, Sealed: v.SealedPrivateKey, Public: pub})
+	cs, err := b.Signer(ctx, v.KID, backends.Handle{Ref: v.BackendRef, Sealed: v.SealedPrivateKey, Public: pub, KeyName: k.Name})
 	if err != nil {
 		return nil, fmt.Errorf("rotation: load %s: %w", v.KID, err)
 	}
@@ -331,7 +379,7 @@ func (m *Manager) loadSigner(ctx context.Context, k store.Key, v store.KeyVersio
 	if err != nil {
 		return nil, err
 	}
-	m.signers[v.KID] = s
+	m.signers[v.KID], m.signerKey[v.KID] = s, k.Name
 	return s, nil
 }
 
@@ -343,13 +391,33 @@ type CreateKeyRequest struct {
 	Backend   string // "software" (default)
 	JWKSURL   string // default "https://<issuer>/.well-known/jwks.json"
 	Policy    Policy // rotation policy; zero: rotate by hand only
+	// ShareIssuer lets the key take an issuer other keys already have
+	// (VRP K5: a key per layer). Their versions are then published
+	// together in the issuer's did:web document, and the creation is
+	// audited with the keys it shares the issuer with. Without it such a
+	// key is refused with ErrIssuerInUse.
+	ShareIssuer bool
 }
 
 // Actor is who asked for a change, and why; recorded in the audit trail.
 type Actor struct {
-	Name   string // printable, e.g. "token:1a2b3c(alice)"
-	ID     string // stable principal id (API token id); used by the two-person rule
+	Name string // printable, e.g. "token:1a2b3c(alice)": the credential and the person
+	// ID is the stable id of the person (PrincipalID), whatever credential
+	// they used; the two-person rule compares it.
+	ID     string
 	Reason string
+}
+
+// PrincipalIDPrefix starts every principal id.
+const PrincipalIDPrefix = "principal:"
+
+// PrincipalID is the stable id of the principal (the person, or the node)
+// named name: "principal:" + name, trimmed and lower-cased. Every
+// credential of one principal — any number of API tokens with that name,
+// client certificates mapped to it — has the same id (issue 13: the
+// two-person rule compares people, not credentials).
+func PrincipalID(name string) string {
+	return PrincipalIDPrefix + strings.ToLower(strings.TrimSpace(name))
 }
 
 // identity is how the two-person rule tells principals apart.
@@ -430,13 +498,32 @@ func (m *Manager) CreateKey(ctx context.Context, req CreateKeyRequest, actor Act
 		} else if !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
+		// Under the issuer lock: no other key can take the issuer meanwhile.
+		others, err := tx.ListKeys(ctx)
+		if err != nil {
+			return err
+		}
+		var shares []string
+		for _, o := range others {
+			if o.Issuer == key.Issuer {
+				shares = append(shares, o.Name)
+			}
+		}
+		if len(shares) > 0 && !req.ShareIssuer {
+			return fmt.Errorf("%w: %s is the issuer of key(s) %s; a second key on it joins their did:web document — say so (share_issuer) if that is meant (a key per layer, VRP K5)",
+				ErrIssuerInUse, key.Issuer, strings.Join(shares, ", "))
+		}
 		if err := tx.InsertKey(ctx, key); err != nil {
 			if errors.Is(err, store.ErrConflict) {
 				return fmt.Errorf("%w: %s", ErrKeyExists, req.Name)
 			}
 			return err
 		}
-		details, err := json.Marshal(map[string]any{"issuer": key.Issuer, "algorithm": key.Algorithm, "backend": key.Backend, "jwks_url": key.JWKSURL, "policy": req.Policy})
+		d := map[string]any{"issuer": key.Issuer, "algorithm": key.Algorithm, "backend": key.Backend, "jwks_url": key.JWKSURL, "policy": req.Policy}
+		if len(shares) > 0 {
+			d["shares_issuer_with"] = shares
+		}
+		details, err := json.Marshal(d)
 		if err != nil {
 			return err
 		}
@@ -447,7 +534,14 @@ func (m *Manager) CreateKey(ctx context.Context, req CreateKeyRequest, actor Act
 		if err != nil {
 			return err
 		}
-		v.State, v.ActivatedAt = store.StateActive, &now
+		activated := now
+		if m.lead > 0 {
+			// A key's first version has no predecessor: its window starts
+			// at the second it was created in, so that every activation
+			// instant is a whole second and no verifier rounds (ADR 0014).
+			activated = now.Truncate(time.Second)
+		}
+		v.State, v.ActivatedAt = store.StateActive, &activated
 		if err := tx.InsertVersion(ctx, v); err != nil {
 			return err
 		}
@@ -455,11 +549,15 @@ func (m *Manager) CreateKey(ctx context.Context, req CreateKeyRequest, actor Act
 		if _, err = m.audit(ctx, tx, actor, "version.activate", key.Name, v.KID, ""); err != nil {
 			return err
 		}
+		if err := claimFrom(ctx).claimIn(ctx, tx, now); err != nil {
+			return err
+		}
 		return tx.NotifyChange(ctx, key.Name)
 	})
 	if err != nil {
 		return store.Key{}, store.KeyVersion{}, err
 	}
+	claimFrom(ctx).committed()
 	m.log.Info("key created", "key", key.Name, "issuer", key.Issuer, "kid", first.KID, "actor", actor.Name)
 	m.reloadAfterCommit(ctx)
 	return key, first, nil

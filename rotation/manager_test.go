@@ -196,7 +196,7 @@ func kidOn(day string, n int) string { return fmt.Sprintf("%s-%s-%02d", issuer, 
 
 func (e *env) create(t *testing.T, name string) (store.Key, store.KeyVersion) {
 	t.Helper()
-	k, v, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: name, Issuer: issuer}, alice)
+	k, v, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: name, Issuer: issuer, ShareIssuer: true}, alice)
 	if err != nil {
 		t.Fatalf("CreateKey %s: %v", name, err)
 	}
@@ -827,6 +827,12 @@ func TestCreateKeyErrors(t *testing.T) {
 				t.Fatalf("duplicate CreateKey: %v, want ErrKeyExists", err)
 			}
 		})
+		t.Run("issuer in use", func(t *testing.T) {
+			_, _, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: "intruder", Issuer: issuer}, bob)
+			if !errors.Is(err, rotation.ErrIssuerInUse) || !strings.Contains(err.Error(), "villa") {
+				t.Fatalf("CreateKey on villa's issuer: %v, want ErrIssuerInUse naming villa", err)
+			}
+		})
 		t.Run("unknown backend", func(t *testing.T) {
 			_, _, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: "hsm", Issuer: issuer, Backend: "pkcs11"}, bob)
 			if !errors.Is(err, rotation.ErrUnknownBackend) {
@@ -845,7 +851,7 @@ func TestCreateKeyErrors(t *testing.T) {
 		t.Run("failing backend on create", func(t *testing.T) {
 			e.b.failCreate.Store(true)
 			defer e.b.failCreate.Store(false)
-			_, _, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: "broken", Issuer: issuer}, bob)
+			_, _, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: "broken", Issuer: issuer, ShareIssuer: true}, bob)
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("CreateKey: %v, want the backend's error", err)
 			}
@@ -867,7 +873,7 @@ func TestCreateKeyErrors(t *testing.T) {
 		checkChain(t, s)
 
 		// After the failures, the next kid is still -02: nothing was consumed.
-		_, v, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: "second", Issuer: issuer}, alice)
+		_, v, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: "second", Issuer: issuer, ShareIssuer: true}, alice)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -885,11 +891,13 @@ func TestRotateUnknownBackend(t *testing.T) {
 
 		// A replica configured without the software backend.
 		bare := rotation.New(rotation.Config{Store: s, Now: e.clk.Now, Logger: quietLogger()})
-		if err := bare.Reload(ctx); !errors.Is(err, rotation.ErrUnknownBackend) {
-			t.Errorf("Reload without the backend: %v, want ErrUnknownBackend", err)
+		// Per-key reload (issue 14 item 5): the key is loaded, unsigned,
+		// with the reason; it never blocks other keys.
+		if err := bare.Reload(ctx); err != nil {
+			t.Errorf("Reload without the backend: %v, want nil (the key is unsigned, not the replica)", err)
 		}
-		if n := len(bare.Keyring().Keys); n != 0 {
-			t.Errorf("failed Reload replaced the Keyring (%d keys)", n)
+		if e := bare.Keyring().Keys["villa"]; e == nil || e.Active != nil || !errors.Is(e.LoadErr, rotation.ErrUnknownBackend) {
+			t.Errorf("key villa without its backend: %+v, want no signer and LoadErr wrapping ErrUnknownBackend", e)
 		}
 		if _, _, err := bare.Rotate(ctx, "villa", bob); !errors.Is(err, rotation.ErrUnknownBackend) {
 			t.Fatalf("Rotate without the backend: %v, want ErrUnknownBackend", err)

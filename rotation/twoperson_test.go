@@ -112,12 +112,13 @@ func TestTwoPersonRuleOff(t *testing.T) {
 		officerA := rotation.Actor{Name: "token:aaa(alice)", ID: "token:aaa", Reason: "rule no longer needed"}
 		officerB := rotation.Actor{Name: "token:bbb(bob)", ID: "token:bbb"}
 		e := newLCEnv(t, s, t0, 0)
-		_, v1 := e.createPolicy(t, "villa", issuer, "", rotation.Policy{TwoPersonRule: true})
-		keep := rotation.Policy{TwoPersonRule: true, Retention: rotation.Duration(48 * time.Hour)}
+		_, v1 := e.createPolicy(t, "villa", issuer, "", rotation.Policy{TwoPersonRule: true, Retention: rotation.Duration(48 * time.Hour)})
+		// Lengthening the retention keeps the rule: applied at once.
+		keep := rotation.Policy{TwoPersonRule: true, Retention: rotation.Duration(72 * time.Hour)}
 		if ap, err := e.m.SetPolicy(ctx, "villa", keep, officerA); err != nil || ap != nil {
 			t.Fatalf("a policy keeping the rule: %+v %v", ap, err)
 		}
-		off := rotation.Policy{Retention: rotation.Duration(48 * time.Hour)}
+		off := rotation.Policy{Retention: rotation.Duration(72 * time.Hour)}
 		ap, err := e.m.SetPolicy(ctx, "villa", off, officerA)
 		if err != nil || ap == nil || ap.Action != "policy" || ap.KID != "" || ap.RequestedBy != "token:aaa" {
 			t.Fatalf("switching the rule off: %+v %v, want a pending approval", ap, err)

@@ -1,7 +1,9 @@
 package signer
 
 import (
+	"crypto"
 	"crypto/ed25519"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,4 +118,86 @@ func BenchmarkCanonicalize(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkClaimedLayer is the layer check /sign adds to every signature
+// (ADR 0013): the top-level member names of the payload's RFC 8785 bytes.
+func BenchmarkClaimedLayer(b *testing.B) {
+	offer := []byte(`{"check_in":"2026-09-02","check_out":"2026-09-05","guests":2,"offer_id":"offer:villaakerlyckan.se:2026-09-02/05","price":{"amount":"1200.00","currency":"SEK"},"property":"villaakerlyckan.se"}`)
+	b.SetBytes(int64(len(offer)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if ClaimedLayer(offer) != "" {
+			b.Fatal("an offer claims a layer")
+		}
+	}
+}
+
+// BenchmarkEd25519Input separates what a keysvc signature costs beyond a
+// bare ed25519.Sign (issue 18): the length of the signing input (a
+// transport JWS signs 409 bytes, base64url of header and payload, where a
+// peer signing the payload itself signs 258), the crypto.Signer interface
+// call, and the JWS assembly (base64url, header, result string). Compare
+// ns/op of the sub-benchmarks in one run, interleaved with -count:
+//
+//	go test -run '^$' -bench Ed25519Input -count 3 ./signer/
+func BenchmarkEd25519Input(b *testing.B) {
+	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
+	s, err := NewJWSSigner("villaakerlyckan.se-2026-05-18-01", AlgEdDSA, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A transport assertion without offer_ref and session_id.
+	payload := []byte(`{"arguments_sha256":"2e5b4dc2f91bec3a762993c25676b05d083bd2fabfcb52a403a651dcec7ca050","issuer":"villaakerlyckan.se","served_at":"2026-06-24T11:40:00Z","tool":"get_verified_stay_offer","type":"vrp.mcp.transport.1","vrp_mcp_profile_version":"1.0"}`)
+	jws, _ := s.Sign(payload, TransportJWSTyp)
+	input := []byte(jws[:len(jws)-87])
+	b.Logf("payload %d bytes, JWS signing input %d bytes", len(payload), len(input))
+	var cs crypto.Signer = key
+	b.Run("raw_ed25519/payload", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b, processCPU())
+		for b.Loop() {
+			_ = ed25519.Sign(key, payload)
+		}
+	})
+	b.Run("raw_ed25519/signing_input", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b, processCPU())
+		for b.Loop() {
+			_ = ed25519.Sign(key, input)
+		}
+	})
+	b.Run("crypto_signer/signing_input", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b, processCPU())
+		for b.Loop() {
+			if _, err := cs.Sign(nil, input, crypto.Hash(0)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("jws/payload", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b, processCPU())
+		for b.Loop() {
+			if _, err := s.Sign(payload, TransportJWSTyp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// processCPU is the CPU time of this process so far (user + system, every
+// thread, the garbage collector included).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process CPU time per operation since start as
+// "cpu-ns/op": on a machine shared with other work it stays close to the
+// cost of an operation when wall-clock ns/op does not.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
 }

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/gowebpki/jcs"
 )
 
@@ -17,6 +18,7 @@ func FuzzCanonicalize(f *testing.F) {
 	for _, s := range []string{
 		`{"b":2,"a":1}`, `[1E30,4.50,2e-3,0.000000000000000000000000001]`, `"\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/"`,
 		`{"\ud83d\ude00":1,"\u00e9":2,"e\u0301":3}`, `{"a":{"a":{"a":[]}}}`, `9007199254740991`, `-0`, `1e400`, `{"a":1,"a":2}`,
+		`{"":0,"a":[true,false,null,-12,"x"],"b":{"c":123456789012345}}`, `{"b":1,"a":1}`, `[01]`, `{"a":"\/"}`, `{"a":"\u007f"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -27,6 +29,13 @@ func FuzzCanonicalize(f *testing.F) {
 		}
 		if !json.Valid(out) {
 			t.Fatalf("canonical form is not JSON: %q", out)
+		}
+		if alreadyCanonical(in) {
+			// The fast path must agree with the formatter it skips.
+			v := jsontext.Value(bytes.Clone(in))
+			if err := v.Canonicalize(); err != nil || !bytes.Equal(v, in) {
+				t.Fatalf("alreadyCanonical accepted %q, whose RFC 8785 form is %q (%v)", in, v, err)
+			}
 		}
 		if other, err := jcs.Transform(in); err != nil || !bytes.Equal(other, out) {
 			t.Fatalf("RFC 8785 implementations disagree on %q:\n jsontext: %q\n jcs:      %q (%v)", in, out, other, err)

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
+	"strings"
 	"sync"
 )
 
@@ -86,6 +88,25 @@ func (j *JWSSigner) Sign(payload []byte, typ string) (string, error) {
 	return SignCompact(h.(string), payload, j.alg, j.signer)
 }
 
+// SignDetached returns the raw signature of msg, the RFC 8785 bytes of a
+// JSON object (ADR 0028): Ed25519 (RFC 8032 §5.1.6) over msg itself, or
+// ES256 over SHA-256(msg) as the fixed 64-byte big-endian r||s in low-S
+// form (RFC 7518 §3.4, ADR 0018). msg must begin with '{': a JWS signing
+// input (RFC 7515 §5.1) is base64url ASCII and a '.' and can never begin
+// with it, so no detached signature is ever a valid JWS signature of this
+// key, and no JWS signature a detached one. Errors: msg not beginning with
+// '{' (ErrNotDetachedInput), or the backend's.
+func (j *JWSSigner) SignDetached(msg []byte) ([]byte, error) {
+	if len(msg) == 0 || msg[0] != '{' {
+		return nil, ErrNotDetachedInput
+	}
+	return signInput(msg, j.alg, j.signer)
+}
+
+// ErrNotDetachedInput: SignDetached was given bytes that are not a JSON
+// object's (they do not begin with '{').
+var ErrNotDetachedInput = errors.New("signer: a detached signature covers a JSON object's RFC 8785 bytes only")
+
 // EncodeHeader returns base64url(JSON(h)) with members in the order alg, kid, typ.
 func EncodeHeader(h ProtectedHeader) (string, error) {
 	raw, err := json.Marshal(h)
@@ -99,20 +120,61 @@ func EncodeHeader(h ProtectedHeader) (string, error) {
 // The signing input is the ASCII of the first two segments (RFC 7515 §5.1).
 // For ES256 the signer's ASN.1 DER output is converted to the fixed 64-byte
 // r||s form (RFC 7518 §3.4).
+//
+// The result is the one allocation of an Ed25519 signature by an in-memory
+// key (ed25519.PrivateKey, the software backend): the signing input is
+// built in a pooled buffer and the signature on the stack. Other signers
+// (PKCS#11, KMS) get a signing input of their own, which they may keep.
 func SignCompact(headerB64 string, payload []byte, alg string, s crypto.Signer) (string, error) {
 	n := len(headerB64) + 1 + b64.EncodedLen(len(payload))
-	buf := make([]byte, n, n+1+b64.EncodedLen(ES256SignatureSize+1))
+	key, inMemory := s.(ed25519.PrivateKey)
+	inMemory = inMemory && alg == AlgEdDSA
+	var buf []byte
+	var bp *[]byte
+	if inMemory {
+		bp = inputPool.Get().(*[]byte)
+		buf = slices.Grow((*bp)[:0], n)[:n]
+	} else {
+		buf = make([]byte, n)
+	}
 	copy(buf, headerB64)
 	buf[len(headerB64)] = '.'
 	b64.Encode(buf[len(headerB64)+1:], payload)
-	sig, err := signInput(buf, alg, s)
-	if err != nil {
-		return "", err
+	var sigBuf [ed25519.SignatureSize]byte
+	var sig []byte
+	if inMemory {
+		// Pure Ed25519 (RFC 8032 §5.1.6), as PrivateKey.Sign with
+		// crypto.Hash(0) computes it, without the interface call that moves
+		// the signature to the heap.
+		copy(sigBuf[:], ed25519.Sign(key, buf))
+		sig = sigBuf[:]
+	} else {
+		var err error
+		if sig, err = signInput(buf, alg, s); err != nil {
+			return "", err
+		}
 	}
-	buf = append(buf, '.')
-	buf = b64.AppendEncode(buf, sig)
-	return string(buf), nil
+	var enc [88]byte // base64url of a 64-byte signature is 86 bytes
+	encSig := enc[:b64.EncodedLen(len(sig))]
+	b64.Encode(encSig, sig)
+	var jws strings.Builder
+	jws.Grow(n + 1 + len(encSig))
+	jws.Write(buf)
+	jws.WriteByte('.')
+	jws.Write(encSig)
+	if bp != nil && cap(buf) <= maxPooledInput {
+		*bp = buf
+		inputPool.Put(bp)
+	}
+	return jws.String(), nil
 }
+
+// inputPool holds signing-input buffers for in-memory Ed25519 keys (whose
+// ed25519.Sign keeps no reference to its message); buffers grown past
+// maxPooledInput are left to the garbage collector.
+var inputPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+const maxPooledInput = 64 << 10
 
 func signInput(input []byte, alg string, s crypto.Signer) ([]byte, error) {
 	switch alg {
@@ -132,7 +194,11 @@ func signInput(input []byte, alg string, s crypto.Signer) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("signer: ES256 sign: %w", err)
 		}
-		return ES256RawFromDER(der)
+		rs, err := ES256RawFromDER(der)
+		if err != nil {
+			return nil, err
+		}
+		return LowS(rs), nil
 	}
 	return nil, fmt.Errorf("signer: unsupported alg %q", alg)
 }
@@ -156,6 +222,30 @@ func ES256RawFromDER(sig []byte) ([]byte, error) {
 	v.R.FillBytes(out[:32])
 	v.S.FillBytes(out[32:])
 	return out, nil
+}
+
+// p256N and p256HalfN are the order n of P-256 and n/2.
+var (
+	p256N     = elliptic.P256().Params().N
+	p256HalfN = new(big.Int).Rsh(p256N, 1)
+)
+
+// LowS returns the 64-byte ES256 signature rs in its low-S form: s is
+// replaced by n - s when s > n/2 (n the order of P-256). (r, s) and
+// (r, n - s) verify alike (SEC 1 v2 §4.1.4); keysvc emits only the low
+// form, so every signature it makes has exactly one encoding, whatever the
+// backend (software, PKCS#11, KMS) returned (ADR 0018). rs is modified in
+// place and returned.
+func LowS(rs []byte) []byte {
+	if len(rs) != ES256SignatureSize {
+		return rs
+	}
+	s := new(big.Int).SetBytes(rs[32:])
+	if s.Cmp(p256HalfN) > 0 {
+		s.Sub(p256N, s)
+		s.FillBytes(rs[32:])
+	}
+	return rs
 }
 
 func checkAlg(alg string, pub crypto.PublicKey) error {

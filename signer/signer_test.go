@@ -7,9 +7,11 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
@@ -279,5 +281,87 @@ func TestArgumentErrors(t *testing.T) {
 	canon, err := NormalizeArguments([]byte(`{"stayInfo":{"checkIn":"x"}}`))
 	if err != nil || string(canon) != `{"stay_info":{"checkIn":"x"}}` {
 		t.Fatalf("nested: %s %v", canon, err)
+	}
+}
+
+// TestSignDetached (ADR 0028): Ed25519 is deterministic, so the RFC 8037
+// key's detached signature over a fixed object is exact; ES256 is r||s
+// over SHA-256 in low-S form; only bytes beginning with '{' are signed, so
+// no JWS signing input (base64url, never '{') can ever be.
+func TestSignDetached(t *testing.T) {
+	key, _ := rfc8037Key(t)
+	s, err := NewJWSSigner("villaakerlyckan.se-2026-05-18-01", AlgEdDSA, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte(`{"alg":"EdDSA","version":1}`)
+	sig, err := s.SignDetached(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ed25519.Sign(key, msg); !bytes.Equal(sig, want) {
+		t.Fatalf("Ed25519 detached = %x, want %x", sig, want)
+	}
+	for _, bad := range [][]byte{nil, {}, []byte(`eyJhbGciOiJFZERTQSJ9.e30`), []byte(` {"a":1}`), []byte(`[1]`)} {
+		if _, err := s.SignDetached(bad); !errors.Is(err, ErrNotDetachedInput) {
+			t.Errorf("SignDetached(%q) = %v, want ErrNotDetachedInput", bad, err)
+		}
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := NewJWSSigner("k-1", AlgES256, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		rs, err := es.SignDetached(msg)
+		if err != nil || len(rs) != 64 {
+			t.Fatalf("ES256 detached: %x, %v", rs, err)
+		}
+		r, sv := new(big.Int).SetBytes(rs[:32]), new(big.Int).SetBytes(rs[32:])
+		sum := sha256.Sum256(msg)
+		if !ecdsa.Verify(&k.PublicKey, sum[:], r, sv) || sv.Cmp(p256HalfN) > 0 {
+			t.Fatalf("ES256 detached signature %x does not verify or is high-S", rs)
+		}
+	}
+}
+
+// TestAlreadyCanonical: the formatter is skipped exactly for bytes it
+// would leave as they are, within the conservative subset the scan knows.
+func TestAlreadyCanonical(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want bool
+	}{
+		{`{"alg":"EdDSA","i":7,"offer_id":"offer:villaakerlyckan.se:2026-09-02/05"}`, true},
+		{`{"":0,"a":[true,false,null,-12,"x",{}],"b":{"c":123456789012345,"d":[]}}`, true},
+		{`"plain"`, true},
+		{`0`, true},
+		{`{"b":1,"a":2}`, false},                    // member order
+		{`{"a":1,"a":2}`, false},                    // not strictly increasing
+		{`{"a": 1}`, false},                         // whitespace
+		{`{"a":1.5}`, false},                        // fractions go to the formatter
+		{`{"a":1e3}`, false},                        // so do exponents
+		{`{"a":-0}`, false},                         // RFC 8785 prints 0
+		{`{"a":1234567890123456}`, false},           // 16 digits
+		{`{"a":"\u00e9"}`, false},                   // escape
+		{"{\"a\":\"\u00e9\"}", false},               // non-ASCII
+		{"{\"a\":\"\u2028\"}", false},               // U+2028
+		{`{"a":{"b":1,"a":1}}`, false},              // nested order
+		{`[{"b":1},{"a":1}]`, true},                 // order is per object
+		{`{"a":[{"b":1,"a":2}]}`, false},            // inside an array
+		{`{"a":"x","b":{"z":1},"c":{"a":1}}`, true}, // each object has its own order
+	} {
+		if got := alreadyCanonical([]byte(c.in)); got != c.want {
+			t.Errorf("alreadyCanonical(%s) = %v, want %v", c.in, got, c.want)
+		}
+		if c.want {
+			out, err := Canonicalize([]byte(c.in))
+			if err != nil || string(out) != c.in {
+				t.Errorf("Canonicalize(%s) = %s, %v; want it unchanged", c.in, out, err)
+			}
+		}
 	}
 }

@@ -21,7 +21,6 @@ const (
 	MCPProfileVersion = "1.0"                 // vrp_mcp_profile_version
 	MCPAssertionType  = "vrp.mcp.transport.1" // type
 	LayerTransport    = "transport"           // receipt attestation layer
-	TransportJWSTyp   = "JWT"                 // typ of the transport JWS header, as in the VRP vectors
 )
 
 // ErrArgumentKeyCollision reports two top-level argument keys that collapse
@@ -82,7 +81,8 @@ func NormalizeArguments(raw []byte) ([]byte, error) {
 	// Rename the top-level members into a new object; RFC 8785 then sorts
 	// the new names and canonicalizes every value in one pass.
 	type member struct{ snake, name string }
-	var members []member
+	var buf [16]member // tool-call arguments rarely have more top-level members
+	members := buf[:0]
 	out := make([]byte, 0, len(raw)+16)
 	err := strictjson.WithDecoder(raw, func(dec *jsontext.Decoder) error {
 		if tok, err := dec.ReadToken(); err != nil {

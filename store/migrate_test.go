@@ -98,8 +98,8 @@ func testMigrate00003(t *testing.T, cfg func(t *testing.T) Config, kind string) 
 	}
 
 	applied, err := Migrate(ctx, c)
-	if err != nil || !reflect.DeepEqual(applied, []int64{3}) {
-		t.Fatalf("Migrate over 00002: applied %v, err %v; want [3]", applied, err)
+	if err != nil || len(applied) == 0 || applied[0] != 3 {
+		t.Fatalf("Migrate over 00002: applied %v, err %v; want 3 and the later migrations", applied, err)
 	}
 	s, err := Open(ctx, c)
 	if err != nil {

@@ -26,9 +26,12 @@ var ErrNotMigrated = errors.New("store: schema not migrated (run `keysvc migrate
 // SQLite file) is missing any embedded migration, and with an error naming
 // the versions if the database has migrations this release does not know.
 // The caller must Close the store.
+//
+// Errors never contain a password of cfg.PostgresURL (RedactError).
 func Open(ctx context.Context, cfg Config) (Store, error) {
 	if cfg.PostgresURL != "" {
-		return openPostgres(ctx, cfg.PostgresURL)
+		s, err := openPostgres(ctx, cfg.PostgresURL)
+		return s, RedactError(err, cfg.PostgresURL)
 	}
 	return openSQLite(ctx, cfg.SQLitePath)
 }
@@ -39,8 +42,10 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 // it holds a session advisory lock (keyed by database and schema) so that
 // replicas migrating at once apply each migration once; the schema is the
 // first of search_path. For SQLite it creates the file (0600) and its
-// directory (0700) if missing.
+// directory (0700) if missing. Errors never contain a password of
+// cfg.PostgresURL (RedactError).
 func Migrate(ctx context.Context, cfg Config) (applied []int64, err error) {
+	defer func() { err = RedactError(err, cfg.PostgresURL) }()
 	var p *goose.Provider
 	if cfg.PostgresURL != "" {
 		cc, err := pgx.ParseConfig(cfg.PostgresURL)

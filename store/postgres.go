@@ -44,6 +44,8 @@ func pgClassify(err error) (what string, class error) {
 		return pe.ConstraintName, errMissingKey
 	case pe.Code == "P0001" && strings.Contains(pe.Message, "append-only"):
 		return pe.Message, ErrAuditAppendOnly
+	case pe.Code == commitDeadlineSQLState:
+		return pe.Message, ErrCommitDeadline
 	}
 	return "", nil
 }

@@ -61,6 +61,8 @@ type sqlStore struct {
 	closeFn func() error
 	// watch implements Watch; nil where notifications are unsupported.
 	watch func(ctx context.Context, fn func(keyName string)) error
+	// outbox holds the SQLite outbox's own connection (outbox.go).
+	outbox outboxConn
 }
 
 // Watch implements Store.Watch.
@@ -84,6 +86,8 @@ type ops struct {
 type txState struct {
 	failed error // first statement error; the transaction must roll back
 	done   bool  // InTx has returned; the Tx may no longer be used
+	// commitBy is the earliest deadline given to Tx.CommitBy (zero: none).
+	commitBy time.Time
 }
 
 var errTxDone = errors.New("store: transaction already finished (Tx used after InTx returned)")
@@ -101,7 +105,7 @@ func (s *sqlStore) Scrub(ctx context.Context) error {
 	}
 	return nil
 }
-func (s *sqlStore) Close() error { return s.closeFn() }
+func (s *sqlStore) Close() error { s.outbox.close(); return s.closeFn() }
 
 // InTx runs fn in one transaction. It commits when fn returns nil, and rolls
 // back when fn returns an error (returned unchanged), panics (re-panicked
@@ -127,11 +131,20 @@ func (s *sqlStore) InTx(ctx context.Context, fn func(Tx) error) error {
 	if err == nil && st.failed != nil {
 		err = fmt.Errorf("store: transaction rolled back after a failed statement: %w", st.failed)
 	}
+	if err == nil && !st.commitBy.IsZero() && Now().After(st.commitBy) {
+		// Checked here for both dialects (SQLite's only check; on
+		// PostgreSQL the deferred trigger checks again at COMMIT, on the
+		// database's clock).
+		err = fmt.Errorf("store: commit by %s: %w", FormatTime(st.commitBy), ErrCommitDeadline)
+	}
 	if err != nil {
 		_ = tc.rollback() // the connection is discarded if this fails; err matters more
 		return err
 	}
 	if err := tc.commit(ctx); err != nil {
+		if _, class := s.d.classify(err); class == ErrCommitDeadline {
+			return fmt.Errorf("store: commit by %s: %w", FormatTime(st.commitBy), ErrCommitDeadline)
+		}
 		return fmt.Errorf("store: commit: %w", err)
 	}
 	return nil
@@ -161,8 +174,12 @@ func (t *sqlTx) LockIssuer(ctx context.Context, issuer string) error {
 	return err
 }
 
-// NotifyChange implements Tx.NotifyChange.
+// NotifyChange implements Tx.NotifyChange: it advances the lifecycle epoch
+// (both dialects) and NOTIFYs (PostgreSQL).
 func (t *sqlTx) NotifyChange(ctx context.Context, keyName string) error {
+	if err := t.bumpEpoch(ctx); err != nil {
+		return err
+	}
 	if t.d.notify == "" {
 		return t.check()
 	}
@@ -398,7 +415,7 @@ func (t *sqlTx) UpdateKeyBackend(ctx context.Context, name, backend string) erro
 
 const versionCols = `kid, key_name, algorithm, backend_ref, sealed_private_key, public_jwk, state, created_at,
 	published_at, activates_at, activated_at, retired_at, revoked_at, compromised_at, revocation_reason,
-	material_destroyed_at`
+	material_destroyed_at, activation_armed_at`
 
 func scanVersion(scan func(...any) error) (KeyVersion, error) {
 	var v KeyVersion
@@ -406,7 +423,7 @@ func scanVersion(scan func(...any) error) (KeyVersion, error) {
 	err := scan(&v.KID, &v.KeyName, &v.Algorithm, &v.BackendRef, &v.SealedPrivateKey, &jwk, &state,
 		timeCol{&v.CreatedAt}, nullTimeCol{&v.PublishedAt}, nullTimeCol{&v.ActivatesAt},
 		nullTimeCol{&v.ActivatedAt}, nullTimeCol{&v.RetiredAt}, nullTimeCol{&v.RevokedAt},
-		nullTimeCol{&v.CompromisedAt}, &v.RevocationReason, nullTimeCol{&v.MaterialDestroyedAt})
+		nullTimeCol{&v.CompromisedAt}, &v.RevocationReason, nullTimeCol{&v.MaterialDestroyedAt}, nullTimeCol{&v.ArmedAt})
 	v.SealedPrivateKey = nilIfEmpty(v.SealedPrivateKey)
 	v.PublicJWK = []byte(jwk)
 	v.State = KeyState(state)
@@ -456,15 +473,15 @@ func (t *sqlTx) InsertVersion(ctx context.Context, v KeyVersion) error {
 		return fmt.Errorf("store: %s: empty public JWK", op)
 	}
 	_, err := t.exec(ctx, op,
-		`INSERT INTO key_versions (`+versionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		`INSERT INTO key_versions (`+versionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		v.KID, v.KeyName, v.Algorithm, v.BackendRef, blob(v.SealedPrivateKey), string(v.PublicJWK), string(v.State),
 		t.ts(v.CreatedAt), t.tsp(v.PublishedAt), t.tsp(v.ActivatesAt), t.tsp(v.ActivatedAt),
-		t.tsp(v.RetiredAt), t.tsp(v.RevokedAt), t.tsp(v.CompromisedAt), v.RevocationReason, t.tsp(v.MaterialDestroyedAt))
+		t.tsp(v.RetiredAt), t.tsp(v.RevokedAt), t.tsp(v.CompromisedAt), v.RevocationReason, t.tsp(v.MaterialDestroyedAt), t.tsp(v.ArmedAt))
 	return err
 }
 
-// UpdateVersion overwrites State, the six instant fields (PublishedAt ...
-// CompromisedAt) and RevocationReason of the version v.KID; the key
+// UpdateVersion overwrites State, the seven instant fields (PublishedAt ...
+// CompromisedAt, ArmedAt) and RevocationReason of the version v.KID; the key
 // material, MaterialDestroyedAt, KeyName and CreatedAt are never changed
 // (DestroyVersionMaterial changes the first two). ErrNotFound if absent;
 // ErrConflict if it would be a second active version of its key.
@@ -475,9 +492,9 @@ func (t *sqlTx) UpdateVersion(ctx context.Context, v KeyVersion) error {
 	}
 	n, err := t.exec(ctx, op,
 		`UPDATE key_versions SET state = ?, published_at = ?, activates_at = ?, activated_at = ?,
-			retired_at = ?, revoked_at = ?, compromised_at = ?, revocation_reason = ? WHERE kid = ?`,
+			retired_at = ?, revoked_at = ?, compromised_at = ?, revocation_reason = ?, activation_armed_at = ? WHERE kid = ?`,
 		string(v.State), t.tsp(v.PublishedAt), t.tsp(v.ActivatesAt), t.tsp(v.ActivatedAt),
-		t.tsp(v.RetiredAt), t.tsp(v.RevokedAt), t.tsp(v.CompromisedAt), v.RevocationReason, v.KID)
+		t.tsp(v.RetiredAt), t.tsp(v.RevokedAt), t.tsp(v.CompromisedAt), v.RevocationReason, t.tsp(v.ArmedAt), v.KID)
 	if err != nil {
 		return err
 	}

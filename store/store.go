@@ -77,6 +77,12 @@ type KeyVersion struct {
 	// version keeps its public JWK and lifecycle instants, so receipts it
 	// signed stay verifiable, but it can never sign again.
 	MaterialDestroyedAt *time.Time
+	// ArmedAt is when a pending version's activation was armed: committed
+	// with its final ActivatesAt, at least the propagation bound ahead
+	// (ADR 0014). Replicas switch to a pending version at ActivatesAt only
+	// when it is armed. nil for an unarmed pending version (published, its
+	// ActivatesAt only planned) and for versions that never were pending.
+	ArmedAt *time.Time
 }
 
 // BackendKind returns the backend kind holding the version's private half:
@@ -146,6 +152,10 @@ var (
 	ErrWatchUnsupported = errors.New("store: change notifications not supported; poll instead")
 	// ErrAuditAppendOnly: the audit trail refuses UPDATE and DELETE.
 	ErrAuditAppendOnly = errors.New("store: audit trail is append-only")
+	// ErrCommitDeadline: the transaction would have committed after the
+	// deadline given to Tx.CommitBy, so it was rolled back; nothing of it
+	// was written. Retry with a later deadline.
+	ErrCommitDeadline = errors.New("store: commit deadline passed")
 )
 
 // Reader is the read side, usable inside and outside a transaction.
@@ -160,6 +170,17 @@ type Reader interface {
 	ListTokens(ctx context.Context) ([]APIToken, error)
 	// ListApprovals returns approvals, newest first; status "" means all.
 	ListApprovals(ctx context.Context, status string) ([]Approval, error)
+	// LifecycleEpoch returns the lifecycle epoch: a counter that every
+	// transaction calling NotifyChange advances (ADR 0014, the freshness
+	// probe).
+	LifecycleEpoch(ctx context.Context) (int64, error)
+	// ReadHistory returns every key with its versions (a key has at least
+	// one) and the lifecycle epoch, read by one statement: one round trip
+	// and one snapshot (what a replica reloads, ADR 0014).
+	ReadHistory(ctx context.Context) (History, error)
+	// GetIdempotencyKey returns the idempotency record of principal and
+	// key; ErrNotFound if absent.
+	GetIdempotencyKey(ctx context.Context, principal, key string) (IdempotencyKey, error)
 }
 
 // Tx is one explicit transaction. All writes happen through a Tx.
@@ -198,9 +219,21 @@ type Tx interface {
 	// AppendAudit assigns Seq, PrevHash and Hash (see AuditHash) and inserts.
 	AppendAudit(ctx context.Context, ev AuditEvent) (AuditEvent, error)
 	// NotifyChange tells other processes, once this transaction commits,
-	// that key history of keyName changed (PostgreSQL NOTIFY, delivered
-	// only on commit; a no-op on SQLite, where one process owns the file).
+	// that key history of keyName changed: it advances the lifecycle epoch
+	// (both dialects) and NOTIFYs (PostgreSQL, delivered only on commit).
 	NotifyChange(ctx context.Context, keyName string) error
+	// CommitBy makes the transaction fail with ErrCommitDeadline, rolled
+	// back, unless it commits by deadline (the earliest of several calls
+	// wins). PostgreSQL checks at COMMIT on the database's clock (deferred
+	// constraint trigger keysvc_commit_deadline, migration 00005); SQLite,
+	// whose one writer process owns the file, checks right before COMMIT.
+	// It advances the lifecycle epoch too.
+	CommitBy(ctx context.Context, deadline time.Time) error
+	// ClaimIdempotencyKey records k (Status 0, no Body) in this
+	// transaction: the mutation committing with it owns the key.
+	// ErrConflict when the principal already used the key. Records older
+	// than IdempotencyTTL are purged on the way.
+	ClaimIdempotencyKey(ctx context.Context, k IdempotencyKey) error
 	InsertToken(ctx context.Context, t APIToken) error    // ErrConflict on duplicate ID or hash
 	InsertApproval(ctx context.Context, a Approval) error // ErrConflict on duplicate ID
 	// LockApproval returns the approval with id, locked until the
@@ -232,6 +265,9 @@ type Store interface {
 	// it; PostgreSQL VACUUMs key_versions (dead row versions). Outside any
 	// transaction; backups taken before keep what they hold.
 	Scrub(ctx context.Context) error
+	// CompleteIdempotencyKey stores the response (HTTP status and body) of
+	// the mutation that claimed principal's key. ErrNotFound if absent.
+	CompleteIdempotencyKey(ctx context.Context, principal, key string, status int, body []byte) error
 	// Kind returns "postgres" or "sqlite".
 	Kind() string
 	Close() error

@@ -82,6 +82,12 @@
 //     MaxJSONDepth or with more than MaxAttestations attestations is
 //     malformed_receipt; a JWS over MaxJWSBytes is sig_invalid; a JWK Set
 //     over MaxJWKSBytes does not parse.
+//   - Layer typs (ADR 0013), only when Options.LayerTyps is set: a
+//     signature of a listed layer must carry that layer's typ, and a
+//     signature presented as any other layer must not carry a listed
+//     layer's typ; else invalid / sig_invalid. Off by default, because
+//     the v1 rules do not look at typ and the public vectors (like every
+//     keysvc transport JWS made before ADR 0013) carry typ "JWT".
 //   - No input makes the verifier panic; it is fuzzed (FuzzVerifyReceipt,
 //     with and without a key history, FuzzVerifyCompactJWS,
 //     FuzzParseKeyHistory, FuzzVerifyTlog).
@@ -120,12 +126,15 @@
 //     for active and retired versions the window check holds the claim to
 //     the published window; only a transparency-log anchor is independent
 //     evidence, which is why K4 requires one for revoked versions.
-//   - Window bounds are inclusive and judged at whole seconds:
-//     vrp_not_before is rounded down and vrp_not_after up to the second.
-//     keysvc issues valid_from at whole seconds and records activation and
-//     retirement at sub-second precision; without the rounding a signature
-//     made in the first second after a rotation would fall outside its
-//     key's window. The STH timestamp is compared with
+//   - Window bounds are inclusive and compared exactly, with one rounding
+//     the wire format forces (ADR 0014): when valid_from is a whole second
+//     (the precision of served_at in VRP MCP transport assertions) and
+//     vrp_not_before is not, vrp_not_before is rounded down to its second
+//     — a signature made within that second after the activation cannot
+//     claim a later instant. vrp_not_after is never rounded: a
+//     whole-second claim is never later than the instant it was made.
+//     keysvc arms every activation at a whole second, so for its own key
+//     histories no comparison rounds. The STH timestamp is compared with
 //     vrp_compromised_at exactly.
 //   - active: T >= vrp_not_before, and T <= vrp_not_after when an active
 //     entry has one; else invalid / key_retired_out_of_window.
@@ -168,7 +177,8 @@
 //	  "leaf_index": 5,
 //	  "tree_size": 8,
 //	  "inclusion_proof": ["<base64url of a 32-byte hash>", ...],
-//	  "sth": "<compact JWS>"
+//	  "sth": "<compact JWS>",
+//	  "checkpoint": "<C2SP signed note of the same tree, with cosignatures>"
 //	}
 //
 // The STH is a compact JWS with alg EdDSA and a kid, signed by a key of
@@ -199,4 +209,35 @@
 //
 // Every log key of LogKeys is trusted for any log_id: the log_id checks bind
 // the proof to its tree head, not a key to a log.
+//
+// # Witnessed checkpoints (C2SP tlog-checkpoint, tlog-cosignature)
+//
+// The checkpoint member is optional. When present it must verify whatever
+// the options, so a tlog member never carries a checkpoint that
+// contradicts its STH:
+//
+//   - it is a C2SP signed note (golang.org/x/mod/sumdb/note, at most
+//     MaxCheckpointBytes) whose tlog-checkpoint body (transparency-dev/
+//     formats log.ParseCheckpoint) has the origin log_id, the STH's
+//     tree_size and the STH's root_hash;
+//   - it carries a valid Ed25519 signature of the log key that verified
+//     the STH, under the note key name log_id (the key's verifier key is
+//     "<log_id>+<key hash>+<key>");
+//   - a signature line of a trusted witness (Options.Witnesses) that does
+//     not verify fails the checkpoint; lines of other keys are ignored.
+//
+// Trusted witnesses' cosignatures (cosignature/v1, C2SP tlog-cosignature)
+// are read with transparency-dev/formats note.NewVerifierForCosignatureV1
+// and CoSigV1Timestamp. With Options.WitnessesRequired K > 0, a revoked
+// version's signature is acceptable only when, besides the STH rule above,
+// K distinct trusted witnesses cosigned the checkpoint strictly before
+// vrp_compromised_at. A cosignature's timestamp has whole seconds (the
+// witness's clock, truncated), so a cosignature at T counts only when
+// T + 1 s is not after vrp_compromised_at: it was then certainly made
+// before the compromise. K above the number of trusted witnesses is never
+// satisfied (fail closed). Options.Consistency, when set, is asked about
+// each anchor that would accept a revoked version's signature (keysvc
+// verify --log-url checks that the log's newest STH extends the anchor's
+// tree, RFC 9162 §2.1.4, VerifyConsistency); an error makes the signature
+// key_revoked.
 package verifier

@@ -1,6 +1,7 @@
 package verifier
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,7 +52,8 @@ type KeyVersion struct {
 
 // KeyHistory is a parsed key-history document (VRP K2, K4): every version
 // of a key ever made, revoked ones included, as keysvc publishes it
-// ({"issuer", "key", "keys": [...]}, jwksserve.History).
+// ({"issuer", "key", "keys": [...], "vrp_revoked_keys": [...]},
+// jwksserve.History; revoked entries under "keys" are read too).
 type KeyHistory struct {
 	// Issuer and Key are the document's issuer and key members, "" when
 	// absent.
@@ -70,7 +72,8 @@ type KeyHistory struct {
 }
 
 // ParseKeyHistory parses a key-history document: a JSON object whose keys
-// member is an array of public JWKs carrying the VRP lifecycle members
+// member (and optional vrp_revoked_keys member, whose entries must be
+// revoked) is an array of public JWKs carrying the VRP lifecycle members
 // vrp_key_status, vrp_not_before, vrp_not_after and vrp_compromised_at
 // (instants, RFC 3339 §5.6 as ParseInstant reads them).
 //
@@ -87,8 +90,9 @@ type KeyHistory struct {
 // present.
 //
 // It returns an error only when data is over MaxJWKSBytes, is not a JSON
-// object, has a duplicate top-level member, has no keys array, or has a
-// non-string issuer or key.
+// object, has a duplicate top-level member, has no keys array, has a
+// vrp_revoked_keys member that is not an array, or has a non-string issuer
+// or key.
 func ParseKeyHistory(data []byte) (*KeyHistory, error) {
 	if len(data) > MaxJWKSBytes {
 		return nil, fmt.Errorf("verifier: key history larger than %d bytes", MaxJWKSBytes)
@@ -104,6 +108,17 @@ func ParseKeyHistory(data []byte) (*KeyHistory, error) {
 	var entries []json.RawMessage
 	if err := json.Unmarshal(rawKeys, &entries); err != nil {
 		return nil, errors.New("verifier: key history keys is not an array")
+	}
+	// Revoked versions are published under vrp_revoked_keys (ADR 0027), out
+	// of reach of lifecycle-unaware JOSE libraries; an entry there counts
+	// only as revoked.
+	nKeys := len(entries)
+	if rawRevoked, ok := top["vrp_revoked_keys"]; ok {
+		var revoked []json.RawMessage
+		if err := json.Unmarshal(rawRevoked, &revoked); err != nil {
+			return nil, errors.New("verifier: key history vrp_revoked_keys is not an array")
+		}
+		entries = append(entries, revoked...)
 	}
 	h := &KeyHistory{Versions: []*KeyVersion{}}
 	for _, f := range []struct {
@@ -127,6 +142,10 @@ func ParseKeyHistory(data []byte) (*KeyHistory, error) {
 		v, err := parseLifecycle(k, e)
 		if err != nil {
 			h.Skipped = append(h.Skipped, fmt.Errorf("key %d: %w", i, err))
+			continue
+		}
+		if i >= nKeys && v.Status != KeyStatusRevoked {
+			h.Skipped = append(h.Skipped, fmt.Errorf("key %d: %w: kid %q is listed under vrp_revoked_keys with vrp_key_status %q", i, ErrKeyVersion, k.KeyID, v.Status))
 			continue
 		}
 		parsed = append(parsed, v)
@@ -255,7 +274,7 @@ func prepareHistory(h *KeyHistory) *historyKeys {
 // valid_from) and carrying att["tlog"]. It returns "" when the signature is
 // acceptable, else CodeKeyRetiredOutOfWindow, CodeKeyRevoked or
 // CodeTlogRequired.
-func lifecycleCode(v *KeyVersion, signedAt time.Time, att map[string]any, sig string, logKeys *JWKS) string {
+func lifecycleCode(ctx context.Context, v *KeyVersion, signedAt time.Time, att map[string]any, sig string, lc *lifecycle) string {
 	switch v.Status {
 	case KeyStatusActive, KeyStatusRetired:
 		if !inSigningWindow(signedAt, v.NotBefore, v.NotAfter) {
@@ -270,9 +289,15 @@ func lifecycleCode(v *KeyVersion, signedAt time.Time, att map[string]any, sig st
 		if !ok || tl == nil {
 			return CodeTlogRequired
 		}
-		anchor, err := verifyTlog(tl, sig, logKeys)
+		anchor, err := verifyTlog(tl, sig, lc.logKeys, lc.witnesses)
 		if err != nil || !anchor.Timestamp.Before(*v.CompromisedAt) ||
 			!inSigningWindow(signedAt, v.NotBefore, v.NotAfter) {
+			return CodeKeyRevoked
+		}
+		if lc.witnessesRequired > 0 && countBefore(anchor.Cosignatures, *v.CompromisedAt) < lc.witnessesRequired {
+			return CodeKeyRevoked
+		}
+		if lc.consistency != nil && lc.consistency(ctx, anchor) != nil {
 			return CodeKeyRevoked
 		}
 		return ""
@@ -282,23 +307,28 @@ func lifecycleCode(v *KeyVersion, signedAt time.Time, att map[string]any, sig st
 }
 
 // inSigningWindow reports whether t lies in [notBefore, notAfter] (a nil
-// bound is open), judged at whole-second granularity: notBefore rounded
-// down and notAfter rounded up to the second. keysvc issues valid_from at
-// whole seconds while it records activation and retirement at sub-second
-// precision, so without the rounding a signature made in the first second
-// after a rotation would fall outside its key's window.
+// bound is open). The comparison is exact, with one rounding that the
+// wire format forces (ADR 0014): when t, the claimed signing instant
+// (valid_from), is a whole second — the precision VRP MCP transport
+// assertions write served_at in — and notBefore is not, notBefore is
+// rounded down to its second, because a signature made within that second
+// after the activation cannot claim a later instant than its second.
+// notAfter is never rounded: a whole-second claim is never later than the
+// instant it was made, so a signature made before notAfter never claims
+// an instant after it. keysvc arms every activation at a whole second, so
+// for its own histories the rounding never applies.
 func inSigningWindow(t time.Time, notBefore, notAfter *time.Time) bool {
-	if notBefore != nil && t.Before(notBefore.Truncate(time.Second)) {
-		return false
-	}
-	if notAfter != nil {
-		end := notAfter.Truncate(time.Second)
-		if end.Before(*notAfter) {
-			end = end.Add(time.Second)
+	if notBefore != nil {
+		nb := *notBefore
+		if t.Equal(t.Truncate(time.Second)) {
+			nb = nb.Truncate(time.Second)
 		}
-		if t.After(end) {
+		if t.Before(nb) {
 			return false
 		}
+	}
+	if notAfter != nil && t.After(*notAfter) {
+		return false
 	}
 	return true
 }

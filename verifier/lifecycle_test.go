@@ -348,9 +348,11 @@ func TestLifecycleKeySelection(t *testing.T) {
 		want(0, "offer", StatusInvalid, CodeSigInvalid, ""))
 }
 
-// TestLifecycleSubSecondBounds: lifecycle bounds are judged at whole
-// seconds (not_before rounded down, not_after up), because keysvc issues
-// valid_from at whole seconds and records rotations at microseconds.
+// TestLifecycleSubSecondBounds: lifecycle bounds are compared exactly; the
+// only rounding is the one a whole-second valid_from forces on a
+// sub-second not_before (rounded down). not_after is never rounded up
+// (ADR 0014: the old rounding hid signatures made up to a second after
+// retirement).
 func TestLifecycleSubSecondBounds(t *testing.T) {
 	oldK := seededEdKey("ex.test-2026-05-01-01", 11)
 	newK := seededEdKey("ex.test-2026-06-01-02", 12)
@@ -365,11 +367,15 @@ func TestLifecycleSubSecondBounds(t *testing.T) {
 		from string
 		want string
 	}{
-		{"new key, same second as rotation", newK, "2026-06-01T10:00:00Z", ""},
+		{"new key, whole second of the rotation", newK, "2026-06-01T10:00:00Z", ""},
+		{"new key, sub-second claim before the rotation", newK, "2026-06-01T10:00:00.4Z", CodeKeyRetiredOutOfWindow},
+		{"new key, at the rotation", newK, "2026-06-01T10:00:00.500123Z", ""},
 		{"new key, second before", newK, "2026-06-01T09:59:59.999Z", CodeKeyRetiredOutOfWindow},
-		{"old key, same second", oldK, "2026-06-01T10:00:00.9Z", ""},
-		{"old key, end of that second", oldK, "2026-06-01T10:00:01Z", ""},
-		{"old key, past that second", oldK, "2026-06-01T10:00:01.001Z", CodeKeyRetiredOutOfWindow},
+		{"old key, whole second of the rotation", oldK, "2026-06-01T10:00:00Z", ""},
+		{"old key, before the rotation", oldK, "2026-06-01T10:00:00.5Z", ""},
+		{"old key, at the rotation", oldK, "2026-06-01T10:00:00.500123Z", ""},
+		{"old key, after the rotation, same second", oldK, "2026-06-01T10:00:00.9Z", CodeKeyRetiredOutOfWindow},
+		{"old key, end of that second", oldK, "2026-06-01T10:00:01Z", CodeKeyRetiredOutOfWindow},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := verifyFresh(t, attAt(t, "offer", c.k.sign(`{}`), c.from), opts)
@@ -444,7 +450,24 @@ func TestParseKeyHistory(t *testing.T) {
 	if len(h.Versions) != 1 || len(h.Skipped) != 3 || !errors.Is(h.Skipped[0], ErrUnsupportedKey) || !errors.Is(h.Skipped[1], ErrKeyVersion) {
 		t.Errorf("versions %d, skipped %v", len(h.Versions), h.Skipped)
 	}
-	for _, bad := range []string{``, `[]`, `{}`, `{"keys":{}}`, `{"keys":[],"keys":[]}`, `{"keys":[]} x`,
+	// keysvc's shape since issue 15 (ADR 0027): revoked versions under
+	// vrp_revoked_keys, where an entry counts only as revoked.
+	doc, _ = json.Marshal(map[string]any{"issuer": "ex.test", "keys": []any{
+		entry(f.active, KeyStatusActive, "vrp_not_before", activeNotBefore),
+	}, "vrp_revoked_keys": []any{
+		entry(f.revoked, KeyStatusRevoked, "vrp_not_before", revokedNotBefore, "vrp_not_after", revokedNotAfter, "vrp_compromised_at", compromisedAt),
+		entry(f.retired, KeyStatusRetired, "vrp_not_before", retiredNotBefore, "vrp_not_after", retiredNotAfter),
+	}})
+	h, err = ParseKeyHistory(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Versions) != 2 || h.Versions[0].JWK.KeyID != f.active.kid || h.Versions[1].JWK.KeyID != f.revoked.kid ||
+		h.Versions[1].Status != KeyStatusRevoked || !h.Versions[1].CompromisedAt.Equal(mustTime(t, compromisedAt)) ||
+		len(h.Skipped) != 1 || !errors.Is(h.Skipped[0], ErrKeyVersion) || !strings.Contains(h.Skipped[0].Error(), "vrp_revoked_keys") {
+		t.Errorf("history with vrp_revoked_keys: versions %+v, skipped %v", h.Versions, h.Skipped)
+	}
+	for _, bad := range []string{``, `[]`, `{}`, `{"keys":{}}`, `{"keys":[],"keys":[]}`, `{"keys":[]} x`, `{"keys":[],"vrp_revoked_keys":{}}`,
 		`{"issuer":5,"keys":[]}`, `{"key":["a"],"keys":[]}`, `{"keys":[` + strings.Repeat(" ", MaxJWKSBytes) + `]}`} {
 		if _, err := ParseKeyHistory([]byte(bad)); err == nil {
 			t.Errorf("ParseKeyHistory(%.40q) succeeded", bad)

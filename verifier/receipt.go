@@ -40,6 +40,29 @@ type Options struct {
 	// trusted as a log key. nil: no log is trusted, so no signature of a
 	// revoked version is acceptable.
 	LogKeys *JWKS
+	// LayerTyps, when set, makes the verification check the JWS typ of
+	// each layer (ADR 0013), layer name → typ (RFC 7515 §4.1.9; compared as
+	// media types: case-insensitively, "application/" implied). A signature
+	// of a listed layer must carry exactly that layer's typ, and a signature
+	// presented as any other layer must not carry a listed layer's typ;
+	// otherwise the attestation is invalid / sig_invalid. KeysvcLayerTyps
+	// gives keysvc's. nil: typ is not looked at, as the VRP receipt v1
+	// rules and their public vectors (whose transport JWS carry typ "JWT")
+	// require.
+	LayerTyps map[string]string
+	// Witnesses are the transparency-log witnesses the verifier trusts
+	// (C2SP tlog-cosignature); WitnessesRequired of them must have
+	// cosigned the tlog proof's checkpoint strictly before the revoked
+	// version's vrp_compromised_at for its signature to be acceptable. 0
+	// requires none (the STH alone anchors the signature). Used only with
+	// History.
+	Witnesses         []*WitnessKey
+	WitnessesRequired int
+	// Consistency, when set, is asked about every tlog anchor that would
+	// make a revoked version's signature acceptable, e.g. whether the
+	// anchor's tree is consistent with the log's newest Signed Tree Head
+	// (VerifyConsistency); an error makes the signature key_revoked.
+	Consistency func(ctx context.Context, anchor *TlogAnchor) error
 }
 
 // VerifyReceipt verifies a VRP receipt envelope v1 (receipt, JSON bytes)
@@ -89,10 +112,15 @@ func VerifyReceipt(ctx context.Context, receipt []byte, opts Options) Result {
 	}
 	var lc *lifecycle
 	if opts.History != nil {
-		lc = &lifecycle{keys: prepareHistory(opts.History), logKeys: trustedLogKeys(opts.LogKeys, opts.History)}
+		lc = &lifecycle{keys: prepareHistory(opts.History), logKeys: trustedLogKeys(opts.LogKeys, opts.History),
+			witnesses: opts.Witnesses, witnessesRequired: opts.WitnessesRequired, consistency: opts.Consistency}
+		if lc.witnessesRequired > len(lc.witnesses) {
+			lc.witnessesRequired = len(lc.witnesses) + 1 // unsatisfiable: fail closed
+		}
 	}
+	typs := newLayerTyps(opts.LayerTyps)
 	for i, att := range atts {
-		r := verifyAttestation(ctx, i, att, nowMs, opts.Resolve, lc)
+		r := verifyAttestation(ctx, i, att, nowMs, opts.Resolve, lc, typs)
 		res.FullyVerified = res.FullyVerified && r.Status == StatusVerified
 		res.Attestations = append(res.Attestations, r)
 	}
@@ -142,14 +170,17 @@ func receiptAttestations(record map[string]any) ([]map[string]any, bool) {
 
 // lifecycle is the lifecycle-aware state of one VerifyReceipt call.
 type lifecycle struct {
-	keys    *historyKeys
-	logKeys *JWKS // trusted STH keys
+	keys              *historyKeys
+	logKeys           *JWKS // trusted STH keys
+	witnesses         []*WitnessKey
+	witnessesRequired int
+	consistency       func(context.Context, *TlogAnchor) error
 }
 
 // verifyAttestation applies rule 3 (window, signature presence, key
 // resolution, JWS, [lifecycle,] freshness) to one shape-checked
 // attestation. lc is nil for the plain v1 verification.
-func verifyAttestation(ctx context.Context, index int, att map[string]any, nowMs int64, resolve JWKSResolver, lc *lifecycle) AttestationResult {
+func verifyAttestation(ctx context.Context, index int, att map[string]any, nowMs int64, resolve JWKSResolver, lc *lifecycle, typs *layerTyps) AttestationResult {
 	r := AttestationResult{Index: index}
 	r.Layer, _ = att["layer"].(string)
 	fail := func(status, code string) AttestationResult {
@@ -195,12 +226,16 @@ func verifyAttestation(ctx context.Context, index int, att map[string]any, nowMs
 		kid := v.KID
 		r.KID = &kid
 	}
+	if typs != nil && !typs.fits(r.Layer, v.Header) {
+		// A signature made for another layer (ADR 0013).
+		return fail(StatusInvalid, CodeSigInvalid)
+	}
 
 	if lc != nil {
 		// The claimed signing time is valid_from (served_at, D2); it
 		// parsed above.
 		signedAt, _ := ParseInstant(att["valid_from"].(string))
-		if code := lifecycleCode(lc.keys.version[v.Key], signedAt, att, sig, lc.logKeys); code != "" {
+		if code := lifecycleCode(ctx, lc.keys.version[v.Key], signedAt, att, sig, lc); code != "" {
 			return fail(StatusInvalid, code)
 		}
 	}

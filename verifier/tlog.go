@@ -54,6 +54,13 @@ type TlogAnchor struct {
 	LoggedAt time.Time
 	// LogKeyID is the kid of the log key that verified the STH.
 	LogKeyID string
+	// Checkpoint is true when the tlog member carries a checkpoint: the
+	// C2SP signed note of the same tree, signed by the same log key, which
+	// witnesses cosign.
+	Checkpoint bool
+	// Cosignatures are the checkpoint's cosignatures by trusted witnesses
+	// that verified (none without a checkpoint or trusted witnesses).
+	Cosignatures []Cosignature
 }
 
 // VerifyTlog verifies a tlog member (tlog, the JSON object as it appears in
@@ -62,18 +69,34 @@ type TlogAnchor struct {
 // transparency logs the caller trusts. The format and every check are in
 // the package documentation (VRP Transparency Log v0.1, §4.1 and §8). Only
 // Ed25519 keys of logKeys (usable for EdDSA, RFC 8037) sign Signed Tree
-// Heads; logKeys must never hold a node's signing keys. The error wraps
-// ErrTlog.
-func VerifyTlog(tlog []byte, signature string, logKeys *JWKS) (*TlogAnchor, error) {
+// Heads; logKeys must never hold a node's signing keys. When the member
+// carries a checkpoint, it must verify too, and the cosignatures of
+// witnesses that verify are in the anchor. The error wraps ErrTlog.
+func VerifyTlog(tlog []byte, signature string, logKeys *JWKS, witnesses ...*WitnessKey) (*TlogAnchor, error) {
 	v, err := decodeStrict(tlog)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrTlog, err)
 	}
-	return verifyTlog(v, signature, logKeys)
+	return verifyTlog(v, signature, logKeys, witnesses)
+}
+
+// VerifyTlogArtifact is VerifyTlog for a leaf of another v0.1 artifact
+// type (e.g. "vrp_status_event", a key-history event, ADR 0016): the leaf
+// must carry artifactType and the SHA-256 of artifact's exact bytes.
+func VerifyTlogArtifact(tlog []byte, artifactType, artifact string, logKeys *JWKS, witnesses ...*WitnessKey) (*TlogAnchor, error) {
+	v, err := decodeStrict(tlog)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTlog, err)
+	}
+	return verifyTlogType(v, artifactType, artifact, logKeys, witnesses)
 }
 
 // verifyTlog is VerifyTlog on a decoded tlog value (decodeStrict's model).
-func verifyTlog(v any, signature string, logKeys *JWKS) (*TlogAnchor, error) {
+func verifyTlog(v any, signature string, logKeys *JWKS, witnesses []*WitnessKey) (*TlogAnchor, error) {
+	return verifyTlogType(v, TlogArtifactType, signature, logKeys, witnesses)
+}
+
+func verifyTlogType(v any, artifactType, signature string, logKeys *JWKS, witnesses []*WitnessKey) (*TlogAnchor, error) {
 	bad := func(format string, args ...any) (*TlogAnchor, error) {
 		return nil, fmt.Errorf("%w: "+format, append([]any{ErrTlog}, args...)...)
 	}
@@ -101,7 +124,7 @@ func verifyTlog(v any, signature string, logKeys *JWKS) (*TlogAnchor, error) {
 	if !ok {
 		return bad("leaf is not an object")
 	}
-	loggedAt, err := checkLeaf(leaf, signature)
+	loggedAt, err := checkLeaf(leaf, artifactType, signature)
 	if err != nil {
 		return bad("leaf: %v", err)
 	}
@@ -134,25 +157,37 @@ func verifyTlog(v any, signature string, logKeys *JWKS) (*TlogAnchor, error) {
 	if err := proof.VerifyInclusion(rfc6962.DefaultHasher, leafIndex, treeSize, leafHash, path, sth.rootHash); err != nil {
 		return bad("inclusion proof: %v", err)
 	}
-	return &TlogAnchor{
+	anchor := &TlogAnchor{
 		LogID: logID, LeafIndex: leafIndex, TreeSize: treeSize, RootHash: sth.rootHash,
 		Timestamp: sth.timestamp, LoggedAt: loggedAt, LogKeyID: sth.kid,
-	}, nil
+	}
+	if cpv, ok := tl["checkpoint"]; ok {
+		text, ok := cpv.(string)
+		if !ok {
+			return bad("checkpoint is not a string")
+		}
+		cs, err := verifyCheckpoint(text, logID, sth.pub, treeSize, sth.rootHash, witnesses)
+		if err != nil {
+			return bad("checkpoint: %v", err)
+		}
+		anchor.Checkpoint, anchor.Cosignatures = true, cs
+	}
+	return anchor, nil
 }
 
 // checkLeaf checks a v0.1 leaf: exactly the members leaf_version,
 // logged_at, artifact_type and artifact_hash, with the fixed values, an
 // RFC 3339 logged_at, and artifact_hash "sha256:" + lower-case hex of the
 // SHA-256 of signature's bytes. It returns logged_at.
-func checkLeaf(leaf map[string]any, signature string) (time.Time, error) {
+func checkLeaf(leaf map[string]any, artifactType, signature string) (time.Time, error) {
 	if len(leaf) != 4 {
 		return time.Time{}, fmt.Errorf("%d members, want leaf_version, logged_at, artifact_type, artifact_hash", len(leaf))
 	}
 	if leaf["leaf_version"] != TlogLeafVersion {
 		return time.Time{}, fmt.Errorf("leaf_version is not %q", TlogLeafVersion)
 	}
-	if leaf["artifact_type"] != TlogArtifactType {
-		return time.Time{}, fmt.Errorf("artifact_type is not %q", TlogArtifactType)
+	if leaf["artifact_type"] != artifactType {
+		return time.Time{}, fmt.Errorf("artifact_type is not %q", artifactType)
 	}
 	s, _ := leaf["logged_at"].(string)
 	loggedAt, err := ParseInstant(s)
@@ -196,6 +231,7 @@ type signedTreeHead struct {
 	rootHash  []byte
 	timestamp time.Time
 	kid       string
+	pub       ed25519.PublicKey // the log key that verified it
 }
 
 // verifySTH verifies an STH: a compact JWS with alg EdDSA and a kid naming
@@ -222,8 +258,11 @@ func verifySTH(jws string, logKeys *JWKS) (*signedTreeHead, error) {
 	if err != nil {
 		return nil, err
 	}
-	sth := &signedTreeHead{kid: v.KID}
-	var ok bool
+	pub, ok := v.Key.Public.(ed25519.PublicKey)
+	if !ok {
+		return nil, errors.New("not verified by an Ed25519 key")
+	}
+	sth := &signedTreeHead{kid: v.KID, pub: pub}
 	if sth.logID, ok = p["log_id"].(string); !ok {
 		return nil, errors.New("log_id is not a string")
 	}
@@ -297,4 +336,51 @@ next:
 		out.Keys = append(out.Keys, k)
 	}
 	return out
+}
+
+// SignedTreeHead is a verified Signed Tree Head (VRP Transparency Log
+// v0.1): an EdDSA compact JWS over {log_id, tree_size, root_hash,
+// timestamp} by a log key.
+type SignedTreeHead struct {
+	LogID     string
+	TreeSize  uint64
+	RootHash  []byte // TlogHashSize bytes
+	Timestamp time.Time
+	KeyID     string // kid of the log key that verified it
+}
+
+// VerifySTH verifies an STH (a compact JWS, alg EdDSA, with a kid) against
+// the Ed25519 keys of logKeys; the payload must hold log_id, tree_size,
+// root_hash (unpadded base64url of 32 bytes) and timestamp (RFC 3339).
+func VerifySTH(jws string, logKeys *JWKS) (*SignedTreeHead, error) {
+	s, err := verifySTH(jws, logKeys)
+	if err != nil {
+		return nil, fmt.Errorf("%w: sth: %v", ErrTlog, err)
+	}
+	return &SignedTreeHead{LogID: s.logID, TreeSize: s.treeSize, RootHash: s.rootHash, Timestamp: s.timestamp, KeyID: s.kid}, nil
+}
+
+// ErrInconsistent reports a log that contradicts itself: a newer tree head
+// that does not extend the anchor's tree (RFC 9162 §2.1.4), or is smaller.
+var ErrInconsistent = errors.New("transparency log is inconsistent")
+
+// VerifyConsistency checks that newer (a tree head of the same log,
+// verified with VerifySTH) extends the tree of anchor: same root when the
+// sizes are equal, else consistencyProof (the RFC 9162 §2.1.4 proof from
+// anchor.TreeSize to newer.TreeSize, as the log's consistency endpoint
+// returns it) verifies with transparency-dev/merkle. The error wraps
+// ErrInconsistent.
+func VerifyConsistency(anchor *TlogAnchor, newer *SignedTreeHead, consistencyProof [][]byte) error {
+	switch {
+	case newer.LogID != anchor.LogID:
+		return fmt.Errorf("%w: tree heads of logs %q and %q", ErrInconsistent, anchor.LogID, newer.LogID)
+	case newer.TreeSize < anchor.TreeSize:
+		return fmt.Errorf("%w: newer tree of %d leaves is smaller than the proof's %d", ErrInconsistent, newer.TreeSize, anchor.TreeSize)
+	case len(consistencyProof) > 2*MaxInclusionProofHashes:
+		return fmt.Errorf("%w: consistency proof of %d hashes", ErrInconsistent, len(consistencyProof))
+	}
+	if err := proof.VerifyConsistency(rfc6962.DefaultHasher, anchor.TreeSize, newer.TreeSize, consistencyProof, anchor.RootHash, newer.RootHash); err != nil {
+		return fmt.Errorf("%w: trees of %d and %d leaves: %v", ErrInconsistent, anchor.TreeSize, newer.TreeSize, err)
+	}
+	return nil
 }

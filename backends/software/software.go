@@ -3,11 +3,15 @@
 // (NIST SP 800-38D) under a 32-byte key-encryption key (KEK) read from a
 // file. The sealed blob is stored in key history; the KEK never is.
 //
-// Sealed format: version byte 0x01 || 12-byte random nonce || GCM ciphertext
-// of the private key (Ed25519: the 32-byte RFC 8032 seed; P-256: the 32-byte
-// big-endian scalar) with a 16-byte tag. The additional authenticated data
-// is "keysvc/software/v1\x00" + kid, so a blob moved to another key version
-// fails to open.
+// Sealed format: version byte || 12-byte random nonce || GCM ciphertext of
+// the private key (Ed25519: the 32-byte RFC 8032 seed; P-256: the 32-byte
+// big-endian scalar) with a 16-byte tag. Version 0x02 (every blob sealed
+// since issue 13): the additional authenticated data is
+// "keysvc/software/v2\x00" + key name + "\x00" + kid, so a blob moved to
+// another key version, or its version moved to another key, fails to open.
+// Version 0x01 (blobs sealed before): "keysvc/software/v1\x00" + kid, bound
+// to the kid only; still opened, and replaced by 0x02 at the key's next
+// rotation.
 package software
 
 import (
@@ -42,10 +46,20 @@ const Kind = "software"
 const KEKSize = 32
 
 const (
-	sealVersion = 0x01
-	nonceSize   = 12
-	aadPrefix   = "keysvc/software/v1\x00"
+	sealVersionKID  = 0x01 // AAD binds the kid
+	sealVersionName = 0x02 // AAD binds the key name and the kid
+	nonceSize       = 12
+	aadPrefixKID    = "keysvc/software/v1\x00"
+	aadPrefixName   = "keysvc/software/v2\x00"
 )
+
+// aad is the additional authenticated data of a blob of the given version.
+func aad(version byte, keyName, kid string) []byte {
+	if version == sealVersionKID {
+		return []byte(aadPrefixKID + kid)
+	}
+	return []byte(aadPrefixName + keyName + "\x00" + kid)
+}
 
 // Backend is the software backend. Create it with New or Open.
 type Backend struct {
@@ -157,32 +171,33 @@ func (b *Backend) CreateKey(ctx context.Context, req backends.CreateRequest) (ba
 	if _, err := rand.Read(nonce); err != nil {
 		return backends.Handle{}, err
 	}
-	sealed := append([]byte{sealVersion}, nonce...)
-	sealed = b.aead.Seal(sealed, nonce, secret, []byte(aadPrefix+req.KID))
+	sealed := append([]byte{sealVersionName}, nonce...)
+	sealed = b.aead.Seal(sealed, nonce, secret, aad(sealVersionName, req.KeyName, req.KID))
 	clear(secret)
-	return backends.Handle{Ref: b.ref(req.KID, req.Algorithm), Sealed: sealed, Public: pub}, nil
+	return backends.Handle{Ref: b.ref(req.KID, req.Algorithm), Sealed: sealed, Public: pub, KeyName: req.KeyName}, nil
 }
 
 func (b *Backend) ref(kid, alg string) string {
 	return "software:" + url.PathEscape(kid) + "?alg=" + alg + "&kek=" + b.kekID
 }
 
-// Signer opens h.Sealed for kid and returns the private key as a
-// crypto.Signer (ed25519.PrivateKey or *ecdsa.PrivateKey). It checks that the
-// opened key's public half equals h.Public. Errors wrap
-// backends.ErrKeyMismatch for a wrong KEK, a blob of another kid or a
-// public key that does not match; they never contain key bytes.
+// Signer opens h.Sealed for kid (and h.KeyName, for blobs of version 0x02)
+// and returns the private key as a crypto.Signer (ed25519.PrivateKey or
+// *ecdsa.PrivateKey). It checks that the opened key's public half equals
+// h.Public. Errors wrap backends.ErrKeyMismatch for a wrong KEK, a blob of
+// another kid or key, or a public key that does not match; they never
+// contain key bytes.
 func (b *Backend) Signer(ctx context.Context, kid string, h backends.Handle) (crypto.Signer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if len(h.Sealed) < 1+nonceSize+b.aead.Overhead() || h.Sealed[0] != sealVersion {
+	if len(h.Sealed) < 1+nonceSize+b.aead.Overhead() || (h.Sealed[0] != sealVersionKID && h.Sealed[0] != sealVersionName) {
 		return nil, fmt.Errorf("%w: %s: sealed private key is malformed", backends.ErrKeyMismatch, kid)
 	}
 	nonce := h.Sealed[1 : 1+nonceSize]
-	secret, err := b.aead.Open(nil, nonce, h.Sealed[1+nonceSize:], []byte(aadPrefix+kid))
+	secret, err := b.aead.Open(nil, nonce, h.Sealed[1+nonceSize:], aad(h.Sealed[0], h.KeyName, kid))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: cannot open the sealed private key (wrong KEK %s, or the blob belongs to another key version)", backends.ErrKeyMismatch, kid, b.kekID)
+		return nil, fmt.Errorf("%w: %s: cannot open the sealed private key (wrong KEK %s, or the blob belongs to another key version or key than %q)", backends.ErrKeyMismatch, kid, b.kekID, h.KeyName)
 	}
 	defer clear(secret)
 	var s crypto.Signer

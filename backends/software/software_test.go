@@ -29,10 +29,12 @@ import (
 // Compile-time check: the software backend is a backends.Backend.
 var _ backends.Backend = (*software.Backend)(nil)
 
-// Documented sealed format: 0x01 || nonce(12) || ciphertext(32) || tag(16).
+// Documented sealed format: version || nonce(12) || ciphertext(32) ||
+// tag(16); new blobs are version 0x02 (AAD binds key name and kid), 0x01
+// blobs (kid only) still open.
 const (
 	sealedLen   = 1 + 12 + 32 + 16
-	sealVersion = 0x01
+	sealVersion = 0x02
 )
 
 func fixedKEK(b byte) []byte { return bytes.Repeat([]byte{b}, software.KEKSize) }
@@ -275,10 +277,13 @@ func TestSignerMismatch(t *testing.T) {
 			}{
 				{"wrong KEK", other, kid, h},
 				{"blob of another kid (AAD)", b, "example.com-2026-05-18-02", h},
+				{"blob of another key (AAD)", b, kid, backends.Handle{Ref: h.Ref, Sealed: h.Sealed, Public: h.Public, KeyName: "other"}},
+				{"blob without its key name", b, kid, backends.Handle{Ref: h.Ref, Sealed: h.Sealed, Public: h.Public}},
+				{"key-bound blob passed off as kid-only (version 0x01)", b, kid, func() backends.Handle { c := flipped(0); c.Sealed[0] = 0x01; return c }()},
+				{"wrong version byte", b, kid, func() backends.Handle { c := flipped(0); c.Sealed[0] = 0x07; return c }()},
 				{"flipped ciphertext byte", b, kid, flipped(1 + 12 + 5)},
 				{"flipped tag byte", b, kid, flipped(len(h.Sealed) - 1)},
 				{"flipped nonce byte", b, kid, flipped(3)},
-				{"wrong version byte", b, kid, flipped(0)},
 				{"truncated blob", b, kid, backends.Handle{Ref: h.Ref, Sealed: h.Sealed[:20], Public: h.Public}},
 				{"empty blob", b, kid, backends.Handle{Ref: h.Ref, Public: h.Public}},
 				{"different public key", b, kid, backends.Handle{Ref: h.Ref, Sealed: h.Sealed, Public: hOther.Public}},
@@ -349,14 +354,44 @@ func TestSealedFormatInterop(t *testing.T) {
 	seed := bytes.Repeat([]byte{0x9d}, ed25519.SeedSize)
 	priv := ed25519.NewKeyFromSeed(seed)
 	const kid = "example.com-2026-05-18-07"
-	sealed := sealForTest(t, kek, seed, kid)
-	s, err := b.Signer(context.Background(), kid, backends.Handle{Sealed: sealed, Public: priv.Public()})
+	for _, c := range []struct {
+		name    string
+		sealed  []byte
+		keyName string
+	}{
+		{"version 0x02 (key name and kid)", sealForTestV2(t, kek, seed, "villa", kid), "villa"},
+		// Blobs sealed before issue 13 keep opening, whatever key holds them.
+		{"version 0x01 (kid only)", sealForTest(t, kek, seed, kid), "villa"},
+		{"version 0x01 without a key name", sealForTest(t, kek, seed, kid), ""},
+	} {
+		s, err := b.Signer(context.Background(), kid, backends.Handle{Sealed: c.sealed, Public: priv.Public(), KeyName: c.keyName})
+		if err != nil {
+			t.Fatalf("%s: Signer on an independently sealed blob: %v", c.name, err)
+		}
+		if got, ok := s.(ed25519.PrivateKey); !ok || !bytes.Equal(got.Seed(), seed) {
+			t.Fatalf("%s: Signer opened a different key", c.name)
+		}
+	}
+	if _, err := b.Signer(context.Background(), kid, backends.Handle{Sealed: sealForTestV2(t, kek, seed, "villa", kid), Public: priv.Public(), KeyName: "other"}); !errors.Is(err, backends.ErrKeyMismatch) {
+		t.Fatalf("a version 0x02 blob under another key name: %v, want ErrKeyMismatch", err)
+	}
+}
+
+// sealForTestV2 seals secret for key keyName and kid per the documented
+// version 0x02 format, independently of the backend.
+func sealForTestV2(t *testing.T, kek, secret []byte, keyName, kid string) []byte {
+	t.Helper()
+	block, err := aes.NewCipher(kek)
 	if err != nil {
-		t.Fatalf("Signer on an independently sealed blob: %v", err)
+		t.Fatal(err)
 	}
-	if got, ok := s.(ed25519.PrivateKey); !ok || !bytes.Equal(got.Seed(), seed) {
-		t.Fatalf("Signer opened a different key")
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
 	}
+	nonce := bytes.Repeat([]byte{0x44}, 12)
+	out := append([]byte{0x02}, nonce...)
+	return gcm.Seal(out, nonce, secret, []byte("keysvc/software/v2\x00"+keyName+"\x00"+kid))
 }
 
 func TestReadKEKFile(t *testing.T) {
@@ -514,8 +549,8 @@ func TestCreateKEKFile(t *testing.T) {
 	}
 }
 
-// sealForTest seals secret for kid under kek per the documented format,
-// independently of the backend.
+// sealForTest seals secret for kid under kek per the documented version
+// 0x01 format (kid only), independently of the backend.
 func sealForTest(t *testing.T, kek, secret []byte, kid string) []byte {
 	t.Helper()
 	block, err := aes.NewCipher(kek)
@@ -527,7 +562,7 @@ func sealForTest(t *testing.T, kek, secret []byte, kid string) []byte {
 		t.Fatal(err)
 	}
 	nonce := bytes.Repeat([]byte{0x33}, 12)
-	out := append([]byte{sealVersion}, nonce...)
+	out := append([]byte{0x01}, nonce...)
 	return gcm.Seal(out, nonce, secret, []byte("keysvc/software/v1\x00"+kid))
 }
 

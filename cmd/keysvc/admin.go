@@ -7,8 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/user"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -56,6 +62,7 @@ func newKeysCmd() *cobra.Command {
 	createCmd.Flags().StringVar(&create.Backend, "backend", "software", "key backend")
 	createCmd.Flags().StringVar(&create.JWKSURL, "jwks-url", "", "URL where verifiers fetch this key's JWKS; default https://<issuer>/.well-known/jwks.json")
 	createCmd.Flags().StringVar(&create.Reason, "reason", "", "why (recorded in the audit trail)")
+	createCmd.Flags().BoolVar(&create.ShareIssuer, "share-issuer", false, "let the key take an issuer another key already has (a key per layer, VRP K5): their versions are published together in the issuer's did:web document")
 	policyFlags(createCmd, &createPolicy)
 	_ = createCmd.MarkFlagRequired("issuer")
 
@@ -94,20 +101,38 @@ func newKeysCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), vs)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KID\tSTATUS\tNOT BEFORE\tNOT AFTER\tCOMPROMISED AT\tMATERIAL DESTROYED\tBACKEND REF")
+			fmt.Fprintln(tw, "KID\tSTATUS\tNOT BEFORE\tNOT AFTER\tCOMPROMISED AT\tMATERIAL DESTROYED\tTHUMBPRINT (RFC 7638)\tBACKEND REF")
 			for _, v := range vs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.KID, v.Status, dash(v.NotBefore), dash(v.NotAfter), dash(v.CompromisedAt), dash(v.MaterialDestroyedAt), v.BackendRef)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.KID, v.Status, dash(v.NotBefore), dash(v.NotAfter), dash(v.CompromisedAt), dash(v.MaterialDestroyedAt), dash(v.Thumbprint), v.BackendRef)
 			}
 			return tw.Flush()
 		}),
 	}
 
 	var reason string
-	var scheduled bool
+	var rotateYes bool
+	var scheduled, now bool
 	rotateCmd := &cobra.Command{
-		Use:   "rotate NAME [--scheduled]",
-		Short: "Rotate now (emergency), or publish a pending version that signs after prepublish (--scheduled)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "rotate NAME (--scheduled | --now)",
+		Short: "Publish a pending version that signs after prepublish (--scheduled), or rotate at once (--now, emergency)",
+		Long: `Rotate a key. Say which:
+
+--scheduled publishes a new pending version; it signs after the key's
+prepublish period, once every verifier's cached JWKS holds it (VRP K3).
+
+--now is the emergency form: the pending version, or a new one, signs at
+once, and verifiers holding a cached JWKS reject its first signatures.`,
+		Args: cobra.ExactArgs(1),
+		PreRunE: func(cmd *cobra.Command, args []string) error {
+			if scheduled == now {
+				return usage(cmd, "give exactly one of --scheduled (routine: publish, then sign after prepublish) and --now (emergency: sign at once)")
+			}
+			if now {
+				cf := confirmFlags{reason: reason, yes: rotateYes}
+				return cf.confirm(cmd, fmt.Sprintf("emergency rotation of %s (the new version signs at once; verifiers with a cached JWKS reject its first signatures)", args[0]))
+			}
+			return nil
+		},
 		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
 			if scheduled {
 				p, err := c.ScheduleRotation(ctx, args[0], reason)
@@ -131,14 +156,27 @@ func newKeysCmd() *cobra.Command {
 			return nil
 		}),
 	}
-	rotateCmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the audit trail)")
+	rotateCmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the audit trail; required with --now)")
+	rotateCmd.Flags().BoolVarP(&rotateYes, "yes", "y", false, "with --now: do not ask for confirmation; for scripts")
 	rotateCmd.Flags().BoolVar(&scheduled, "scheduled", false, "publish the next version as pending; it activates after the key's prepublish period")
+	rotateCmd.Flags().BoolVar(&now, "now", false, "emergency: make the pending version, or a new one, sign at once")
 
 	var activateReason string
+	var emergency bool
 	activateCmd := &cobra.Command{
-		Use: "activate KID", Short: "Promote a pending version now, ahead of its schedule", Args: cobra.ExactArgs(1),
+		Use: "activate KID [--emergency --reason TEXT]", Short: "Promote a pending version now, ahead of its schedule (once published longer than the JWKS max-age)", Args: cobra.ExactArgs(1),
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if emergency && strings.TrimSpace(activateReason) == "" {
+				return usage(cmd, "--emergency needs --reason TEXT (recorded in the audit trail)")
+			}
+			return nil
+		},
 		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			v, err := c.Activate(ctx, args[0], activateReason)
+			activate := c.Activate
+			if emergency {
+				activate = c.ActivateEmergency
+			}
+			v, err := activate(ctx, args[0], activateReason)
 			if err != nil {
 				return err
 			}
@@ -149,15 +187,23 @@ func newKeysCmd() *cobra.Command {
 			return nil
 		}),
 	}
-	activateCmd.Flags().StringVar(&activateReason, "reason", "", "why (recorded in the audit trail)")
+	activateCmd.Flags().StringVar(&activateReason, "reason", "", "why (recorded in the audit trail; required with --emergency)")
+	activateCmd.Flags().BoolVar(&emergency, "emergency", false, "activate before the version has been published longer than the JWKS max-age (verifiers with a cached JWKS reject its first signatures); audited as an emergency")
 
-	var compromisedAt, revokeReason string
+	var compromisedAt string
+	var revokeConfirm confirmFlags
 	revokeCmd := &cobra.Command{
 		Use:   "revoke KID --compromised-at RFC3339 --reason TEXT",
 		Short: "Revoke a compromised version (VRP K4); revoking the active version rotates immediately",
 		Args:  cobra.ExactArgs(1),
+		PreRunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := time.Parse(time.RFC3339, compromisedAt); err != nil {
+				return usage(cmd, "--compromised-at %q is not RFC 3339: give e.g. %s", compromisedAt, time.Now().UTC().Truncate(time.Second).Format(time.RFC3339))
+			}
+			return revokeConfirm.confirm(cmd, fmt.Sprintf("revoking key version %s (compromised at %s)", args[0], compromisedAt))
+		},
 		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
-			revoked, active, err := c.Revoke(ctx, args[0], compromisedAt, revokeReason)
+			revoked, active, err := c.Revoke(ctx, args[0], compromisedAt, revokeConfirm.reason)
 			if filed, err := printPendingApproval(cmd, asJSON, err); filed || err != nil {
 				return err
 			}
@@ -172,11 +218,10 @@ func newKeysCmd() *cobra.Command {
 		}),
 	}
 	revokeCmd.Flags().StringVar(&compromisedAt, "compromised-at", "", "when the key was (or may have been) compromised, RFC 3339 (required)")
-	revokeCmd.Flags().StringVar(&revokeReason, "reason", "", "why (required; recorded in key history and the audit trail)")
+	revokeConfirm.register(revokeCmd, "revocation is permanent")
 	_ = revokeCmd.MarkFlagRequired("compromised-at")
-	_ = revokeCmd.MarkFlagRequired("reason")
 
-	var destroyReason string
+	var destroyConfirm confirmFlags
 	var pendingDays int
 	destroyCmd := &cobra.Command{
 		Use:   "destroy KID --reason TEXT [--pending-days N]",
@@ -194,11 +239,14 @@ it can never sign again. Needs scope admin:revoke. Under the key's
 two-person rule this files an approval request that a second officer grants
 with 'keysvc approvals approve ID' within the hour.`,
 		Args: cobra.ExactArgs(1),
-		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+		PreRunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("pending-days") && (pendingDays < 7 || pendingDays > 30) {
-				return fmt.Errorf("--pending-days must be 7 to 30, got %d", pendingDays)
+				return usage(cmd, "--pending-days must be 7 to 30, got %d", pendingDays)
 			}
-			d, err := c.DestroyVersion(ctx, args[0], destroyReason, pendingDays)
+			return destroyConfirm.confirm(cmd, fmt.Sprintf("destroying the private key material of %s", args[0]))
+		},
+		RunE: withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			d, err := c.DestroyVersion(ctx, args[0], destroyConfirm.reason, pendingDays)
 			if filed, err := printPendingApproval(cmd, asJSON, err); filed || err != nil {
 				return err
 			}
@@ -209,9 +257,8 @@ with 'keysvc approvals approve ID' within the hour.`,
 			return nil
 		}),
 	}
-	destroyCmd.Flags().StringVar(&destroyReason, "reason", "", "why (required; recorded in the audit trail)")
+	destroyConfirm.register(destroyCmd, "destruction is permanent")
 	destroyCmd.Flags().IntVar(&pendingDays, "pending-days", 0, "awskms only: days before KMS deletes the key, 7 to 30 (default 30); other backends destroy at once")
-	_ = destroyCmd.MarkFlagRequired("reason")
 
 	var pol client.Policy
 	var policyReason string
@@ -284,22 +331,55 @@ func newApprovalsCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "approvals", Short: "Two-person rule: list and grant pending approval requests"}
 	cf.register(cmd)
 	var status string
+	var asJSON bool
 	listCmd := &cobra.Command{
-		Use: "list [--status pending]", Short: "List approval requests", Args: cobra.NoArgs,
+		Use: "list [--status pending] [--json]", Short: "List approval requests: what each would change, on which key and version, who asked and why", Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			switch status {
+			case "", "pending", "approved", "expired":
+				return nil
+			}
+			return usage(cmd, "--status %q: give pending, approved, expired, or \"\" for all", status)
+		},
 		RunE: cf.withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
 			list, err := c.Approvals(ctx, status)
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATUS\tACTION\tKEY\tKID\tREQUESTED BY\tEXPIRES\tDECIDED BY")
-			for _, a := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Status, a.Action, a.Key, dash(a.KID), cmp.Or(a.RequestedByName, a.RequestedBy), a.ExpiresAt, dash(cmp.Or(a.DecidedByName, a.DecidedBy)))
+			if asJSON {
+				if list == nil {
+					list = []client.Approval{}
+				}
+				return printJSON(cmd.OutOrStdout(), list)
 			}
-			return tw.Flush()
+			if len(list) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "no %s approval requests\n", cmp.Or(status, "(any status)"))
+				return nil
+			}
+			var policies map[string]client.Policy
+			for _, a := range list {
+				if a.Action == "policy" && policies == nil {
+					keys, err := c.ListKeys(ctx)
+					if err != nil {
+						return err
+					}
+					policies = map[string]client.Policy{}
+					for _, k := range keys {
+						policies[k.Name] = k.Policy
+					}
+				}
+			}
+			for i, a := range list {
+				if i > 0 {
+					fmt.Fprintln(cmd.OutOrStdout())
+				}
+				printApproval(cmd.OutOrStdout(), a, policies[a.Key])
+			}
+			return nil
 		}),
 	}
 	listCmd.Flags().StringVar(&status, "status", "pending", "pending, approved, expired, or empty for all")
+	listCmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: the API's approval objects, params included")
 	approveCmd := &cobra.Command{
 		Use: "approve ID", Short: "Grant an approval as the second officer; the change (revocation, key-material destruction, or switching the two-person rule off) happens now", Args: cobra.ExactArgs(1),
 		RunE: cf.withClient(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
@@ -324,6 +404,77 @@ func newApprovalsCmd() *cobra.Command {
 	}
 	cmd.AddCommand(listCmd, approveCmd)
 	return cmd
+}
+
+// printApproval writes one approval request for the officer deciding it:
+// the action, key, version, requester, reason and the exact change (for
+// a policy, each field that differs from the policy in force, old -> new).
+func printApproval(w io.Writer, a client.Approval, current client.Policy) {
+	var p struct {
+		Reason        string        `json:"reason"`
+		CompromisedAt string        `json:"compromised_at"`
+		PendingDays   int           `json:"pending_days"`
+		Policy        client.Policy `json:"policy"`
+	}
+	_ = json.Unmarshal(a.Params, &p) // unknown shapes print without a change line
+	fmt.Fprintf(w, "approval %s (%s, expires %s)\n", a.ID, a.Status, a.ExpiresAt)
+	fmt.Fprintf(w, "  action:       %s\n", approvalAction(a.Action))
+	fmt.Fprintf(w, "  key:          %s\n", a.Key)
+	fmt.Fprintf(w, "  version:      %s\n", dash(a.KID))
+	fmt.Fprintf(w, "  requested by: %s at %s\n", cmp.Or(a.RequestedByName, a.RequestedBy), a.RequestedAt)
+	fmt.Fprintf(w, "  reason:       %q\n", p.Reason)
+	switch a.Action {
+	case "revoke":
+		fmt.Fprintf(w, "  change:       status -> revoked, compromised_at %s (signatures after it stop verifying)\n", p.CompromisedAt)
+	case "destroy":
+		days := ""
+		if p.PendingDays > 0 {
+			days = fmt.Sprintf("; --pending-days %d (the AWS KMS deletion window)", p.PendingDays)
+		}
+		fmt.Fprintf(w, "  change:       private key material destroyed%s\n", days)
+	case "policy":
+		diff := policyDiff(current, p.Policy)
+		if len(diff) == 0 {
+			diff = []string{"none (the policy in force already equals the requested one)"}
+		}
+		for i, d := range diff {
+			label := "  change:       "
+			if i > 0 {
+				label = "                "
+			}
+			fmt.Fprintf(w, "%s%s\n", label, d)
+		}
+	}
+	if a.DecidedBy != "" {
+		fmt.Fprintf(w, "  decided by:   %s at %s\n", cmp.Or(a.DecidedByName, a.DecidedBy), a.DecidedAt)
+	}
+}
+
+func approvalAction(a string) string {
+	switch a {
+	case "revoke":
+		return "revoke (keysvc keys revoke)"
+	case "destroy":
+		return "destroy key material (keysvc keys destroy)"
+	case "policy":
+		return "change the rotation policy (keysvc keys policy)"
+	}
+	return a
+}
+
+// policyDiff lists the fields of next that differ from cur, "name: old -> new".
+func policyDiff(cur, next client.Policy) []string {
+	var out []string
+	add := func(name, old, new string) {
+		if old != new {
+			out = append(out, fmt.Sprintf("%s: %s -> %s", name, dash(old), dash(new)))
+		}
+	}
+	add("rotation_period", cur.RotationPeriod, next.RotationPeriod)
+	add("prepublish", cur.Prepublish, next.Prepublish)
+	add("retention", cur.Retention, next.Retention)
+	add("two_person_rule", fmt.Sprint(cur.TwoPersonRule), fmt.Sprint(next.TwoPersonRule))
+	return out
 }
 
 func policyFlags(cmd *cobra.Command, p *client.Policy) {
@@ -361,25 +512,28 @@ func printJSON(w io.Writer, v any) error {
 func newTokensCmd() *cobra.Command {
 	sf := &storeFlags{}
 	cmd := &cobra.Command{Use: "tokens", Short: "Manage API tokens in key history directly (create, list, revoke)"}
-	var name string
+	var name, tokenReason string
 	var scopes []string
 	var ttl time.Duration
 	createCmd := &cobra.Command{
 		Use: "create --name NAME --scope SCOPE...", Short: "Create an API token; the secret is printed once", Args: cobra.NoArgs,
-		RunE: sf.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			for _, s := range scopes {
 				if !validScope(s) {
-					return fmt.Errorf("unknown scope %q (sign:*, sign:<key>, sign:<key>:jws, sign:<key>:transport, admin:keys, admin:revoke, audit:read)", s)
+					return usage(cmd, "unknown scope %q: give sign:*, sign:<key>, sign:<key>:jws, sign:<key>:transport, sign:<key>:detached, admin:keys, admin:revoke or audit:read", s)
 				}
 			}
 			if name == "" || len(scopes) == 0 {
-				return fmt.Errorf("--name and at least one --scope are required")
+				return usage(cmd, "%q needs --name NAME and at least one --scope SCOPE, e.g. keysvc tokens create --name alice --scope admin:keys", cmd.CommandPath())
 			}
-			secret, rec, err := api.NewToken(name, scopes, ttl)
+			if !api.ValidPrincipalName(name) {
+				return usage(cmd, "--name %q: the token name must be lower-case letters, digits and . _ @ - (at most 64), e.g. alice or node-1", name)
+			}
+			return nil
+		},
+		RunE: sf.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
+			secret, rec, err := api.CreateToken(cmd.Context(), st, name, scopes, ttl, api.TokenAudit{Actor: localActor(), Reason: tokenReason})
 			if err != nil {
-				return err
-			}
-			if err := st.InTx(cmd.Context(), func(tx store.Tx) error { return tx.InsertToken(cmd.Context(), rec) }); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "token %s (%s) created with scopes %s; it is shown once:\n", rec.ID, name, strings.Join(scopes, " "))
@@ -387,7 +541,8 @@ func newTokensCmd() *cobra.Command {
 			return nil
 		}),
 	}
-	createCmd.Flags().StringVar(&name, "name", "", "label, e.g. the node that will use it")
+	createCmd.Flags().StringVar(&name, "name", "", "the principal the token belongs to: the officer (person) or node, e.g. alice or node-1; lower-case letters, digits and . _ @ -. Every token of one name is one principal to the two-person rule")
+	createCmd.Flags().StringVar(&tokenReason, "reason", "", "why (recorded in the audit trail)")
 	createCmd.Flags().StringArrayVar(&scopes, "scope", nil, "scope to grant (repeatable)")
 	createCmd.Flags().DurationVar(&ttl, "ttl", 0, "lifetime, e.g. 720h; 0: no expiry")
 	sf.register(createCmd)
@@ -409,16 +564,42 @@ func newTokensCmd() *cobra.Command {
 		}),
 	}
 	revokeFlags := &storeFlags{}
+	var revokeReason string
 	revokeCmd := &cobra.Command{
-		Use: "revoke ID", Short: "Revoke an API token", Args: cobra.ExactArgs(1),
+		Use: "revoke ID", Short: "Revoke an API token (audited)", Args: cobra.ExactArgs(1),
 		RunE: revokeFlags.withStore(func(cmd *cobra.Command, args []string, st store.Store) error {
-			return st.InTx(cmd.Context(), func(tx store.Tx) error { return tx.RevokeToken(cmd.Context(), args[0], store.Now()) })
+			rec, err := api.RevokeToken(cmd.Context(), st, args[0], api.TokenAudit{Actor: localActor(), Reason: revokeReason})
+			if errors.Is(err, api.ErrTokenNotFound) {
+				return fmt.Errorf("no token with id %q in %s: `keysvc tokens list` shows the ids (the ID column, not the name or the secret)", args[0], revokeFlags.describe())
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked token %s (%s, scopes %s) at %s; requests with it now get 401 (servers re-read tokens every --reload-interval)\n", rec.ID, rec.Name, strings.Join(rec.Scopes, " "), fmtTime(rec.RevokedAt))
+			return nil
 		}),
 	}
+	revokeCmd.Flags().StringVar(&revokeReason, "reason", "", "why (recorded in the audit trail)")
 	listFlags.register(listCmd)
 	revokeFlags.register(revokeCmd)
 	cmd.AddCommand(createCmd, listCmd, revokeCmd)
 	return cmd
+}
+
+// localActor names who runs a CLI command that changes key history
+// directly (tokens create/revoke): the operating-system user, the host and
+// the uid, e.g. "cli:alice@officer-shell (uid 1000)". Those commands need
+// database access, so the person is whoever holds it on that host.
+func localActor() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("cli:%s@%s (uid %d)", name, host, os.Getuid())
 }
 
 func validScope(s string) bool {
@@ -431,7 +612,7 @@ func validScope(s string) bool {
 		return false
 	}
 	key, layer, hasLayer := strings.Cut(rest, ":")
-	return key != "" && key != "*" && (!hasLayer || layer == api.LayerJWS || layer == api.LayerTransport)
+	return key != "" && key != "*" && (!hasLayer || layer == api.LayerJWS || layer == api.LayerTransport || layer == api.LayerDetached)
 }
 
 func fmtTime(t *time.Time) string {
@@ -501,9 +682,10 @@ func newAuditCmd() *cobra.Command {
 	listCmd.Flags().StringVar(&key, "key", "", "only events of this key")
 
 	verifyFlags := &storeFlags{}
+	anchored := &auditAnchorFlags{}
 	verifyCmd := &cobra.Command{
 		Use:   "verify",
-		Short: "Check the audit hash chain; exit 1 naming the first broken row",
+		Short: "Check the audit hash chain (and, with --anchor-key-file and --tlog-url, against the heads anchored in the transparency log); exit 1 naming the first broken or divergent row",
 		Args:  cobra.NoArgs,
 		RunE: verifyFlags.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
 			rows, err := st.ListAudit(cmd.Context(), 0, 0)
@@ -523,10 +705,11 @@ func newAuditCmd() *cobra.Command {
 				head = rows[len(rows)-1].Hash
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "audit chain intact: %d rows, head %s\n", len(rows), head)
-			return nil
+			return anchored.verifyAnchored(cmd.Context(), cmd.OutOrStdout(), st, rows)
 		}),
 	}
 	verifyFlags.register(verifyCmd)
+	anchored.register(verifyCmd)
 	cmd.AddCommand(listCmd, verifyCmd)
 	return cmd
 }
@@ -554,9 +737,50 @@ func (cf *clientFlags) withClient(run func(ctx context.Context, c *client.Client
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+		// 90 s: an immediate rotation waits for its activation instant,
+		// and a lost answer is retried with the same Idempotency-Key.
+		ctx, cancel := context.WithTimeout(cmd.Context(), 90*time.Second)
 		defer cancel()
-		return run(ctx, client.New(cf.server, tok), cmd, args)
+		c := client.New(cf.server, tok)
+		c.Idempotent = true
+		return cf.hint(run(ctx, c, cmd, args))
+	}
+}
+
+// hint adds what to do to the errors an operator meets first: the server
+// is not running (or --server is wrong), the token is refused, the token
+// lacks a scope, the route is on another listener.
+func (cf *clientFlags) hint(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *client.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("cannot reach keysvc at %s (connection refused): start it with `keysvc serve --dev` (it keeps running; use a second terminal), or point --server / KEYSVC_SERVER at the admin listener", cf.server)
+	case errors.As(err, &ae) && ae.Status == http.StatusUnauthorized:
+		return fmt.Errorf("%w\nthe server refused the token from %s: use a token it knows (KEYSVC_TOKEN or --token-file; `keysvc tokens list` on the server's data directory shows them)", err, cf.tokenSource())
+	case errors.As(err, &ae) && ae.Status == http.StatusForbidden:
+		return fmt.Errorf("%w\nthe token from %s lacks that scope: create one that has it (keysvc tokens create --name NAME --scope admin:keys ...)", err, cf.tokenSource())
+	case errors.As(err, &ae) && ae.Code == "not_found" && strings.HasPrefix(ae.Message, "no route for"):
+		return fmt.Errorf("%w\n--server %s does not serve this route", err, cf.server)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w\ncheck --server / KEYSVC_SERVER (now %s): the admin listener's base URL, e.g. http://127.0.0.1:8080", err, cf.server)
+	}
+	return err
+}
+
+// tokenSource says where token() took the token from.
+func (cf *clientFlags) tokenSource() string {
+	switch {
+	case os.Getenv("KEYSVC_TOKEN") != "":
+		return "KEYSVC_TOKEN"
+	case cf.tokenFile != "":
+		return cf.tokenFile
+	default:
+		return filepath.Join(cf.dataDir, devTokenFile)
 	}
 }
 

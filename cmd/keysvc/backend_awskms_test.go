@@ -237,7 +237,7 @@ func TestKMSDestroy(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "--pending-days must be 7 to 30") {
 		t.Fatalf("keys destroy --pending-days 6: exit %d\n%s%s", code, out, errOut)
 	}
-	out, errOut, code = runCLI(t, officer, "keys", "destroy", v1.KID, "--reason", "retired; KMS key no longer needed", "--pending-days", "7", "--server", srv.URL)
+	out, errOut, code = runCLI(t, officer, "keys", "destroy", v1.KID, "--reason", "retired; KMS key no longer needed", "--pending-days", "7", "--server", srv.URL, "--yes")
 	if code != 0 || !strings.Contains(out, "destroyed: key material of "+v1.KID+" (retired, backend awskms)") || !strings.Contains(out, "KMS deletes the key on ") {
 		t.Fatalf("keys destroy: exit %d\n%s%s", code, out, errOut)
 	}

@@ -36,6 +36,18 @@ func init() {
 			}
 			return b, nil
 		},
+		check: func() error {
+			if f.module == "" {
+				return nil
+			}
+			if fi, err := os.Stat(f.module); err != nil {
+				return fmt.Errorf("--pkcs11-module: %w", err)
+			} else if !fi.Mode().IsRegular() {
+				return fmt.Errorf("--pkcs11-module %s is not a file (the HSM vendor's PKCS#11 shared library)", f.module)
+			}
+			_, err := f.config(nil)
+			return err
+		},
 	})
 	extraCommands = append(extraCommands, newBackendCmd)
 }

@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -116,8 +119,8 @@ without If-None-Match. In the same run it measures
 --soak D then keeps a mixed load running for D and samples the server's
 resident set every 10 s (growth check).
 
-The server should run with --rate-limit 0, or the per-token limit shows up
-as errors. Only loopback addresses are accepted; every phase is bounded in
+The server should run with --rate-limit 0 --public-rate-limit 0, or the
+per-token and public limits show up as errors. Only loopback addresses are accepted; every phase is bounded in
 time.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -207,6 +210,7 @@ time.`,
 	cmd.Flags().IntSliceVar(&levels, "concurrency", []int{1, 4, 16, 64}, "concurrency levels (connections = goroutines), 1..256")
 	cmd.Flags().StringSliceVar(&only, "scenarios", nil, "run only these scenarios (default: all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	registerTlogBench(cmd, &levels, &duration, &warmup, &asJSON)
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if duration <= 0 || duration > time.Minute || warmup < 0 || warmup > 10*time.Second || soak < 0 || soak > 30*time.Minute {
 			return fmt.Errorf("--duration must be in (0, 60s], --warmup in [0, 10s] and --soak in [0, 30m]")
@@ -449,25 +453,81 @@ func processCPU(pid int) time.Duration {
 // newBenchFloorCmd is the hidden server of the HTTP floor: a trivial
 // handler on a loopback port behind serve's http.Server settings. It
 // prints "listening ADDR" and serves until its standard input closes.
+// --sign makes it the signing floor (issue 18): it Ed25519-signs the
+// request body with a fixed key and answers {"signature":"<base64url>"};
+// --body-file serves that file's bytes (a JWKS) with a strong ETag and
+// answers a matching If-None-Match with 304.
 func newBenchFloorCmd() *cobra.Command {
-	return &cobra.Command{
+	var listen, bodyFile, rawFile string
+	var sign bool
+	cmd := &cobra.Command{
 		Use: "bench-floor", Hidden: true, Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
+			if rawFile != "" {
+				// Raw ed25519.Sign over the file's bytes for one second on
+				// one goroutine: this process's CPU per signature.
+				msg, err := os.ReadFile(rawFile)
+				if err != nil {
+					return err
+				}
+				key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
+				n, cpu0, end := 0, selfCPU(), time.Now().Add(time.Second)
+				for ; time.Now().Before(end); n++ {
+					_ = ed25519.Sign(key, msg)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "raw_ed25519_cpu_us %.2f\n", (selfCPU()-cpu0).Seconds()*1e6/float64(n))
+				return nil
+			}
+			if err := loopbackOnly("http://" + listen); err != nil {
 				return err
 			}
 			body := []byte(`{"keys":[]}`)
-			srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if bodyFile != "" {
+				b, err := os.ReadFile(bodyFile)
+				if err != nil {
+					return err
+				}
+				body = b
+			}
+			sum := sha256.Sum256(body)
+			etag := `"` + hex.EncodeToString(sum[:16]) + `"`
+			key := ed25519.NewKeyFromSeed(sum[:])
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header()["Content-Type"] = []string{"application/json"}
+				if sign {
+					in, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+					if err != nil {
+						w.WriteHeader(http.StatusBadRequest)
+						return
+					}
+					out := append(make([]byte, 0, 110), `{"signature":"`...)
+					out = base64.RawURLEncoding.AppendEncode(out, ed25519.Sign(key, in))
+					_, _ = w.Write(append(out, '"', '}'))
+					return
+				}
+				w.Header()["Etag"] = []string{etag}
+				if r.Header.Get("If-None-Match") == etag {
+					w.WriteHeader(http.StatusNotModified)
+					return
+				}
 				_, _ = w.Write(body)
-			}))
+			})
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			srv := newHTTPServer(h)
 			go func() { _ = srv.Serve(ln) }()
 			fmt.Fprintf(cmd.OutOrStdout(), "listening %s\n", ln.Addr())
 			_, _ = io.Copy(io.Discard, cmd.InOrStdin())
 			return srv.Close()
 		},
 	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "loopback address to listen on")
+	cmd.Flags().BoolVar(&sign, "sign", false, "Ed25519-sign each request body and answer the signature (the signing floor)")
+	cmd.Flags().StringVar(&rawFile, "raw-ed25519", "", "instead of serving, sign this file's bytes with ed25519.Sign for 1 s and print the CPU per signature in µs")
+	cmd.Flags().StringVar(&bodyFile, "body-file", "", "serve this file's bytes, with an ETag and 304 for a matching If-None-Match (the JWKS floor)")
+	return cmd
 }
 
 // newBenchClient returns a keep-alive HTTP/1.1 client for u's host with
@@ -549,8 +609,13 @@ func runScenario(ctx context.Context, sc benchScenario, conc int, warmup, d time
 	cpu0 := selfCPU()
 	start := time.Now()
 	lat, errs := run(start.Add(d), true)
-	elapsed := time.Since(start).Seconds()
-	cpu := selfCPU() - cpu0
+	return summarizeWindow(sc.name, conc, sc.sigsPerRequest, lat, errs, time.Since(start), selfCPU()-cpu0, &firstErr)
+}
+
+// summarizeWindow is the result of one measured window: the latencies of
+// its answered requests (sorted here), its errors and the first one's
+// text, its wall time and this process's CPU time (the load client's).
+func summarizeWindow(name string, conc, sigsPerRequest int, lat []time.Duration, errs int64, elapsed, clientCPU time.Duration, firstErr *atomic.Value) benchResult {
 	slices.Sort(lat)
 	pct := func(p float64) float64 {
 		if len(lat) == 0 {
@@ -558,14 +623,14 @@ func runScenario(ctx context.Context, sc benchScenario, conc int, warmup, d time
 		}
 		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
 	}
-	r := benchResult{Scenario: sc.name, Concurrency: conc, Requests: int64(len(lat)), Errors: errs,
-		RequestsPerS: float64(len(lat)) / elapsed, P50ms: pct(0.50), P99ms: pct(0.99), P999ms: pct(0.999)}
+	r := benchResult{Scenario: name, Concurrency: conc, Requests: int64(len(lat)), Errors: errs,
+		RequestsPerS: float64(len(lat)) / elapsed.Seconds(), P50ms: pct(0.50), P99ms: pct(0.99), P999ms: pct(0.999)}
 	if v, ok := firstErr.Load().(string); ok && errs > 0 {
 		r.FirstError = v
 	}
-	r.SignaturesPerS = r.RequestsPerS * float64(sc.sigsPerRequest)
+	r.SignaturesPerS = r.RequestsPerS * float64(sigsPerRequest)
 	if len(lat) > 0 {
-		r.ClientCPUPerRequestUS = cpu.Seconds() * 1e6 / float64(len(lat))
+		r.ClientCPUPerRequestUS = clientCPU.Seconds() * 1e6 / float64(len(lat))
 	}
 	return r
 }

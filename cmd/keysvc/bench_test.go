@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -10,7 +12,7 @@ import (
 // checks every scenario ran without errors; non-loopback targets are refused.
 func TestBenchCommand(t *testing.T) {
 	dir := t.TempDir()
-	srv := startServer(t, nil, "--dev", "--data-dir", dir, "--rate-limit", "0")
+	srv := startServer(t, nil, "--dev", "--data-dir", dir, "--rate-limit", "0", "--public-rate-limit", "0")
 	out, errOut, code := runCLI(t, nil, "bench", "--server", srv.URL, "--data-dir", dir, "--key", "dev",
 		"--duration", "300ms", "--warmup", "0s", "--concurrency", "1,4", "--json")
 	if code != 0 {
@@ -68,5 +70,25 @@ func TestBenchCommand(t *testing.T) {
 	_, errOut, code = runCLI(t, nil, "bench", "--server", "http://10.0.0.1:8080", "--data-dir", dir)
 	if code != 1 || !strings.Contains(errOut, "loopback addresses only") {
 		t.Fatalf("non-loopback target: exit %d %s", code, errOut)
+	}
+}
+
+// TestBenchFloorModes: bench-floor's raw Ed25519 mode (bench/sidebyside)
+// prints a CPU time per signature, and its listener is loopback only.
+func TestBenchFloorModes(t *testing.T) {
+	msg := t.TempDir() + "/input"
+	if err := os.WriteFile(msg, []byte("eyJhbGciOiJFZERTQSJ9.e30"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, nil, "bench-floor", "--raw-ed25519", msg)
+	if code != 0 {
+		t.Fatalf("bench-floor --raw-ed25519: exit %d\n%s", code, errOut)
+	}
+	var us float64
+	if _, err := fmt.Sscanf(out, "raw_ed25519_cpu_us %g", &us); err != nil || us <= 0 {
+		t.Fatalf("bench-floor --raw-ed25519 printed %q (%v)", out, err)
+	}
+	if _, errOut, code := runCLI(t, nil, "bench-floor", "--listen", "192.0.2.1:29999"); code == 0 || !strings.Contains(errOut, "loopback") {
+		t.Fatalf("bench-floor on a non-loopback address: exit %d, %s", code, errOut)
 	}
 }

@@ -26,6 +26,9 @@ func envOr(name, def string) string {
 type storeFlags struct {
 	postgresURL string
 	dataDir     string
+	// dirChecked: the caller checked the data directory (checkDataDir)
+	// and reported its warning already.
+	dirChecked bool
 }
 
 func (f *storeFlags) register(cmd *cobra.Command) {
@@ -44,7 +47,7 @@ func (f *storeFlags) config() store.Config {
 func (f *storeFlags) describe() string {
 	c := f.config()
 	if c.PostgresURL != "" {
-		return "postgres " + redactURL(c.PostgresURL)
+		return "postgres " + store.RedactConnString(c.PostgresURL)
 	}
 	return "sqlite " + c.SQLitePath
 }
@@ -53,8 +56,23 @@ func (f *storeFlags) describe() string {
 func (f *storeFlags) open(ctx context.Context, migrate bool) (store.Store, error) {
 	cfg := f.config()
 	if cfg.PostgresURL == "" {
-		if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
-			return nil, err
+		if migrate {
+			if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
+				return nil, err
+			}
+		} else if _, err := os.Stat(cfg.SQLitePath); errors.Is(err, os.ErrNotExist) {
+			// Without migrating, nothing is created: a mistyped --data-dir
+			// must not leave an empty directory or database behind.
+			return nil, fmt.Errorf("no key history at %s: give the --data-dir (KEYSVC_DATA_DIR) that keysvc serve uses, or --postgres-url; a new one is created by `keysvc serve --dev` or `keysvc migrate`", cfg.SQLitePath)
+		}
+		if !f.dirChecked {
+			warning, err := checkDataDir(f.dataDir)
+			if err != nil {
+				return nil, err
+			}
+			if warning != "" {
+				fmt.Fprintln(os.Stderr, "keysvc: warning:", warning)
+			}
 		}
 	}
 	if migrate {
@@ -82,20 +100,6 @@ func (f *storeFlags) withStore(run func(cmd *cobra.Command, args []string, st st
 	}
 }
 
-// redactURL hides a password in a database URL.
-func redactURL(u string) string {
-	at := strings.LastIndex(u, "@")
-	scheme := strings.Index(u, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return u
-	}
-	creds := u[scheme+3 : at]
-	if user, _, ok := strings.Cut(creds, ":"); ok {
-		return u[:scheme+3] + user + ":REDACTED" + u[at:]
-	}
-	return u
-}
-
 // clientFlags are shared by the admin commands that call the HTTP API.
 type clientFlags struct {
 	server    string
@@ -114,7 +118,7 @@ func (f *clientFlags) register(cmd *cobra.Command) {
 // process listings.
 func (f *clientFlags) token() (string, error) {
 	if t := os.Getenv("KEYSVC_TOKEN"); t != "" {
-		return strings.TrimSpace(t), nil
+		return checkToken(strings.TrimSpace(t), "KEYSVC_TOKEN")
 	}
 	path := f.tokenFile
 	if path == "" {
@@ -122,12 +126,58 @@ func (f *clientFlags) token() (string, error) {
 	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) && f.tokenFile == "" {
-		return "", fmt.Errorf("no token: set KEYSVC_TOKEN or --token-file (no dev token at %s)", path)
+		return "", fmt.Errorf("no token: set KEYSVC_TOKEN or --token-file, or start `keysvc serve --dev --data-dir %s`, which writes its dev token to %s (no such file now)", f.dataDir, path)
 	}
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimSpace(string(b)), nil
+	return checkToken(strings.TrimSpace(string(b)), path)
 }
 
-func ensureDir(d string) error { return os.MkdirAll(d, 0o700) }
+// checkToken refuses a token given with its "Bearer " prefix or empty:
+// the client adds the prefix itself.
+func checkToken(tok, from string) (string, error) {
+	if scheme, _, ok := strings.Cut(tok, " "); ok && strings.EqualFold(scheme, "Bearer") {
+		return "", fmt.Errorf("the token in %s starts with %q: give the token alone (ksv_...); keysvc sends the Authorization: Bearer header itself", from, scheme+" ")
+	}
+	if tok == "" {
+		return "", fmt.Errorf("the token in %s is empty", from)
+	}
+	return tok, nil
+}
+
+func ensureDir(d string) error {
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return err
+	}
+	_, err := checkDataDir(d)
+	return err
+}
+
+// checkDataDir refuses a data directory that the group or others may
+// write to: they could replace the SQLite key history, the default KEK or
+// the dev token (or plant them before the first start); the sticky bit
+// does not prevent planting. keysvc creates it 0700. Read or search access
+// for the group or others is returned as a warning (the files inside are
+// 0600, but their names and sizes show).
+func checkDataDir(dir string) (warning string, err error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return "", err
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("data directory %s is not a directory", dir)
+	}
+	mode := fi.Mode()
+	perm := mode.Perm()
+	if mode&os.ModeSticky != 0 {
+		perm |= 0o1000
+	}
+	if mode.Perm()&0o022 != 0 {
+		return "", fmt.Errorf("data directory %s has mode %04o: the group or others may write to it (and replace the key history, KEK or dev token); chmod 700 %s", dir, perm, dir)
+	}
+	if mode.Perm()&0o055 != 0 {
+		return fmt.Sprintf("data directory %s has mode %04o: the group or others may list it; chmod 700 %s", dir, perm, dir), nil
+	}
+	return "", nil
+}

@@ -64,13 +64,13 @@ func destroyTwoPerson(t *testing.T, e *lifecycleEnv) {
 	}
 
 	// The active version is refused outright.
-	out, errOut, code = runCLI(t, alice, "keys", "destroy", active.KID, "--reason", "x")
+	out, errOut, code = runCLI(t, alice, "keys", "destroy", active.KID, "--reason", "x", "--yes")
 	if code == 0 || !strings.Contains(errOut, "invalid_transition") {
 		t.Fatalf("keys destroy of the active version: exit %d\n%s%s", code, out, errOut)
 	}
 
 	// One officer: an approval request, nothing destroyed.
-	out, errOut, code = runCLI(t, alice, "keys", "destroy", v1, "--reason", "INC-11: retire old material", "--pending-days", "14")
+	out, errOut, code = runCLI(t, alice, "keys", "destroy", v1, "--reason", "INC-11: retire old material", "--pending-days", "14", "--yes")
 	m := regexp.MustCompile(`two-person rule: approval ([0-9a-f]{16}) requested`).FindStringSubmatch(out)
 	if code != 0 || m == nil {
 		t.Fatalf("keys destroy under the two-person rule: exit %d\n%s%s", code, out, errOut)
@@ -102,7 +102,7 @@ func destroyTwoPerson(t *testing.T, e *lifecycleEnv) {
 		t.Fatalf("a self-approval destroyed %s at %s", v1, at)
 	}
 	out, errOut, code = runCLI(t, bob, "approvals", "list")
-	if code != 0 || !regexp.MustCompile(id+`\s+pending\s+destroy\s+villa\s+`+regexp.QuoteMeta(v1)).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`approval `+id+` \(pending, expires [^)]+\)\n  action:       destroy key material \(keysvc keys destroy\)\n  key:          villa\n  version:      `+regexp.QuoteMeta(v1)+`\n  requested by: token:[0-9a-f]+\(officer\) at [^\n]+\n  reason:       "INC-11: retire old material"\n  change:       private key material destroyed; --pending-days 14 \(the AWS KMS deletion window\)\n`).MatchString(out) {
 		t.Fatalf("approvals list: exit %d\n%s%s", code, out, errOut)
 	}
 
@@ -149,7 +149,7 @@ func destroyTwoPerson(t *testing.T, e *lifecycleEnv) {
 		}
 	}
 	out, errOut, code = runCLI(t, bob, "approvals", "list", "--status", "")
-	if code != 0 || !regexp.MustCompile(id+`\s+approved\s+destroy\s+villa\s+`+regexp.QuoteMeta(v1)).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`approval `+id+` \(approved, expires [^)]+\)\n  action:       destroy key material \(keysvc keys destroy\)\n  key:          villa\n  version:      `+regexp.QuoteMeta(v1)+`\n(?s:.*)  decided by:   token:[0-9a-f]+\(bob\) at `).MatchString(out) {
 		t.Fatalf("approvals list after approval: exit %d\n%s%s", code, out, errOut)
 	}
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/keysvc/keysvc/client"
 	"github.com/keysvc/keysvc/internal/pgtest"
@@ -71,7 +74,7 @@ func endToEnd(t *testing.T, pgURL string) {
 		t.Fatalf("first attestation: kid %s, %+v", first.KID, first.Attestation)
 	}
 
-	out, errOut, code = runCLI(t, admin, "keys", "rotate", "villa", "--server", srv.URL, "--reason", "e2e rotation")
+	out, errOut, code = runCLI(t, admin, "keys", "rotate", "villa", "--now", "--yes", "--server", srv.URL, "--reason", "e2e rotation")
 	kid2 := "villaakerlyckan.se-" + today + "-02"
 	if code != 0 || !strings.Contains(out, "active:  "+kid2) || !strings.Contains(out, "retired: "+kid1) {
 		t.Fatalf("keys rotate: %d\n%s%s", code, out, errOut)
@@ -117,6 +120,18 @@ func endToEnd(t *testing.T, pgURL string) {
 	}
 	if len(versions) != 2 || versions[0].KID != kid1 || versions[0].Status != "retired" || versions[1].KID != kid2 || versions[1].Status != "active" {
 		t.Fatalf("versions after restart: %+v", versions)
+	}
+	// RFC 7638 thumbprints (issue 15), in JSON and in the table.
+	table, _, code := runCLI(t, admin, "keys", "versions", "villa", "--server", srv2.URL)
+	for _, v := range versions {
+		jwk := jose.JSONWebKey{}
+		if err := jwk.UnmarshalJSON([]byte(`{"kty":"` + v.Kty + `","crv":"` + v.Crv + `","x":"` + v.X + `"}`)); err != nil {
+			t.Fatal(err)
+		}
+		tp, err := jwk.Thumbprint(crypto.SHA256)
+		if want := base64.RawURLEncoding.EncodeToString(tp); err != nil || v.Thumbprint != want || code != 0 || !strings.Contains(table, want) {
+			t.Errorf("%s: thumbprint %q, want %q (table exit %d):\n%s", v.KID, v.Thumbprint, want, code, table)
+		}
 	}
 	c2 := client.New(srv2.URL, token)
 	jwks2, err := c2.JWKS(ctx, "villa")

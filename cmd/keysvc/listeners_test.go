@@ -5,9 +5,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -88,8 +90,36 @@ func TestSeparateListeners(t *testing.T) {
 	e := newLifecycleEnv(t, "")
 	pki := t.TempDir()
 	caFile, certFile, keyFile, clientCert, roots := testPKI(t, pki)
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(caPEM)
+	fp := sha256.Sum256(block.Bytes)
 	principals := filepath.Join(pki, "principals.json")
-	if err := os.WriteFile(principals, []byte(`[{"common_name":"officer-1","name":"alice","scopes":["audit:read"]}]`), 0o600); err != nil {
+	entry := func(listener, ca string) string {
+		return `[{"listener":"` + listener + `","ca_sha256":"` + ca + `","common_name":"officer-1","name":"alice","scopes":["audit:read"]}]`
+	}
+	// Every entry is bound to a listener that verifies client certificates
+	// and to a CA of that listener's bundle (issue 13); serve refuses others.
+	for _, bad := range []struct{ text, want string }{
+		{`[{"common_name":"officer-1","name":"alice","scopes":["audit:read"]}]`, "needs listener, ca_sha256"},
+		{entry("sign", hex.EncodeToString(fp[:])), "verifies no client certificates"},
+		{entry("admin", strings.Repeat("ab", 32)), "is no certificate of --admin-client-ca"},
+		{entry("public", hex.EncodeToString(fp[:])), `must be "sign" or "admin"`},
+		{strings.Replace(entry("admin", hex.EncodeToString(fp[:])), `"alice"`, `"Alice"`, 1), "must be lower-case"},
+	} {
+		if err := os.WriteFile(principals, []byte(bad.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, errOut, code := runCLI(t, e.env, "serve", "--data-dir", e.dir, "--kek-file", e.kek, "--listen", "127.0.0.1:0",
+			"--admin-listen", "127.0.0.1:0", "--admin-tls-cert", certFile, "--admin-tls-key", keyFile, "--admin-client-ca", caFile,
+			"--client-principals", principals)
+		if code != 1 || !strings.Contains(errOut, bad.want) {
+			t.Errorf("principals %s: exit %d, stderr %q, want %q", bad.text, code, errOut, bad.want)
+		}
+	}
+	if err := os.WriteFile(principals, []byte(entry("admin", hex.EncodeToString(fp[:]))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	srv := startServer(t, e.env, "--data-dir", e.dir, "--kek-file", e.kek,

@@ -192,7 +192,7 @@ func seedsOf(t *testing.T, dbPath string, kek []byte) [][]byte {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := b.Signer(ctx, v.KID, backends.Handle{Ref: v.BackendRef, Sealed: v.SealedPrivateKey, Public: pub})
+			s, err := b.Signer(ctx, v.KID, backends.Handle{Ref: v.BackendRef, Sealed: v.SealedPrivateKey, Public: pub, KeyName: v.KeyName})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +48,9 @@ type backendFactory struct {
 	kind  string
 	flags func(*pflag.FlagSet)
 	open  func(ctx context.Context, log *slog.Logger) (backends.Backend, error)
+	// check, when set, validates what open would refuse without opening
+	// anything (keysvc config check); nil when not configured.
+	check func() error
 }
 
 var backendFactories []backendFactory
@@ -64,11 +71,23 @@ type serveOptions struct {
 	pprof             bool
 	rateLimit         float64
 	rateBurst         int
+	publicRateLimit   float64
+	publicRateBurst   int
 	defaultPrepublish time.Duration
 	clientPrincipals  string
+	propagation       time.Duration
+	clockSkew         time.Duration
+	tlog              tlogFlags
+	anchor            anchorFlags
 
 	configFile string
+	mcp        mcpFlags
+	// noFiles: validate checks values only and opens no file (TLS
+	// certificates, client CAs, the principals file): config check
+	// --syntax-only.
+	noFiles bool
 
+	tlsCert, tlsKey                                       string // the public listener's TLS (issue 15)
 	signListen, signTLSCert, signTLSKey, signClientCA     string
 	adminListen, adminTLSCert, adminTLSKey, adminClientCA string
 }
@@ -111,6 +130,8 @@ assertion through its own HTTP API once it is listening.`,
 		bf.flags(f)
 	}
 	f.StringVar(&o.listen, "listen", envOr("KEYSVC_LISTEN", "127.0.0.1:8080"), "public listener: JWKS, key history, did:web, health (env KEYSVC_LISTEN); also the signing and admin APIs unless they have their own")
+	f.StringVar(&o.tlsCert, "tls-cert", envOr("KEYSVC_TLS_CERT", ""), "TLS certificate (PEM) of the public listener, e.g. for did:web on the issuer's domain; reloaded when the file changes (with --tls-key)")
+	f.StringVar(&o.tlsKey, "tls-key", envOr("KEYSVC_TLS_KEY", ""), "TLS private key (PEM) of the public listener (with --tls-cert)")
 	f.StringVar(&o.signListen, "sign-listen", envOr("KEYSVC_SIGN_LISTEN", ""), "separate listener for the signing API (env KEYSVC_SIGN_LISTEN)")
 	f.StringVar(&o.signTLSCert, "sign-tls-cert", envOr("KEYSVC_SIGN_TLS_CERT", ""), "TLS certificate (PEM) of the signing listener")
 	f.StringVar(&o.signTLSKey, "sign-tls-key", envOr("KEYSVC_SIGN_TLS_KEY", ""), "TLS private key (PEM) of the signing listener")
@@ -118,7 +139,7 @@ assertion through its own HTTP API once it is listening.`,
 	f.StringVar(&o.adminListen, "admin-listen", envOr("KEYSVC_ADMIN_LISTEN", ""), "separate listener for the admin API (env KEYSVC_ADMIN_LISTEN); recommended in production")
 	f.StringVar(&o.adminTLSCert, "admin-tls-cert", envOr("KEYSVC_ADMIN_TLS_CERT", ""), "TLS certificate (PEM) of the admin listener")
 	f.StringVar(&o.adminTLSKey, "admin-tls-key", envOr("KEYSVC_ADMIN_TLS_KEY", ""), "TLS private key (PEM) of the admin listener")
-	f.StringVar(&o.clientPrincipals, "client-principals", envOr("KEYSVC_CLIENT_PRINCIPALS", ""), `JSON file mapping verified client-certificate common names to principals, for requests without a token: [{"common_name":"officer-1","name":"alice","scopes":["admin:keys"]}]`)
+	f.StringVar(&o.clientPrincipals, "client-principals", envOr("KEYSVC_CLIENT_PRINCIPALS", ""), `JSON file mapping verified client certificates to principals, for requests without a token, each bound to a listener and a CA of its client CA bundle: [{"listener":"admin","ca_sha256":"<hex SHA-256 of the CA certificate DER>","common_name":"officer-1","name":"alice","scopes":["admin:keys"]}]`)
 	f.StringVar(&o.adminClientCA, "admin-client-ca", envOr("KEYSVC_ADMIN_CLIENT_CA", ""), "CA bundle (PEM): require client certificates on the admin listener (mutual TLS)")
 	f.StringVar(&o.kekFile, "kek-file", envOr("KEYSVC_KEK_FILE", ""), "software backend key-encryption key file, base64 of 32 bytes, mode 0600 (env KEYSVC_KEK_FILE); default <data-dir>/kek")
 	f.BoolVar(&o.dev, "dev", false, "development mode: create the KEK, a dev token and a dev key if missing")
@@ -132,7 +153,14 @@ assertion through its own HTTP API once it is listening.`,
 	f.DurationVar(&o.schedEvery, "scheduler-interval", time.Second, "how often the rotation scheduler checks policies (it also wakes at each due instant)")
 	f.Float64Var(&o.rateLimit, "rate-limit", 10000, "requests per second each API token may make (token bucket; 0 disables); over it: 429 with Retry-After")
 	f.IntVar(&o.rateBurst, "rate-burst", 20000, "token-bucket burst of --rate-limit")
+	f.Float64Var(&o.publicRateLimit, "public-rate-limit", 2000, "unauthenticated requests per second, all clients together: public documents (JWKS, key history, did:web) and failed authentications (token bucket; 0 disables; health checks are never limited); over it: 429 with Retry-After")
+	f.IntVar(&o.publicRateBurst, "public-rate-burst", 4000, "token-bucket burst of --public-rate-limit")
 	f.DurationVar(&o.servedAtSkew, "max-served-at-skew", 5*time.Minute, "how far a caller-given served_at may lie from the server's clock, either way")
+	f.DurationVar(&o.propagation, "propagation-bound", 2*time.Second, "L: every activation is committed at least this long before it takes effect, and a replica signs only while it confirmed its key history current within L - max-clock-skew - min(250ms, L/8) (ADR 0014)")
+	f.DurationVar(&o.clockSkew, "max-clock-skew", 250*time.Millisecond, "how far any replica's clock may be from the database's (ADR 0014); shortens the signing lease")
+	o.mcp.register(f)
+	o.tlog.register(f)
+	o.anchor.register(f)
 	f.BoolVar(&o.pprof, "pprof", false, "serve runtime profiles (net/http/pprof) at /debug/pprof/ on the admin listener, for a token with admin:keys; for performance work, off in production")
 	return cmd, o
 }
@@ -148,13 +176,52 @@ func (o *serveOptions) validate() error {
 	if o.servedAtSkew <= 0 || o.reloadEvery <= 0 || o.schedEvery <= 0 {
 		return errors.New("--max-served-at-skew, --reload-interval and --scheduler-interval must be positive")
 	}
-	if o.rateLimit < 0 || o.maxBodyBytes <= 0 {
-		return errors.New("--rate-limit must not be negative and --max-body-bytes must be positive")
+	if o.propagation < 500*time.Millisecond || o.clockSkew < 0 {
+		return fmt.Errorf("--propagation-bound %s must be at least 500ms and --max-clock-skew %s not negative", o.propagation, o.clockSkew)
 	}
-	if _, err := loadClientPrincipals(o.clientPrincipals); err != nil {
+	if lease := o.propagation - o.clockSkew - min(250*time.Millisecond, o.propagation/8); lease < o.propagation/4 {
+		return fmt.Errorf("--max-clock-skew %s leaves a signing lease of %s with --propagation-bound %s; it must be at least a quarter of the bound (raise --propagation-bound)", o.clockSkew, lease, o.propagation)
+	}
+	if o.rateLimit < 0 || o.publicRateLimit < 0 || o.maxBodyBytes <= 0 {
+		return errors.New("--rate-limit and --public-rate-limit must not be negative and --max-body-bytes must be positive")
+	}
+	ls, err := o.listeners()
+	if err != nil {
 		return err
 	}
-	_, err := o.listeners()
+	seen := map[string]string{}
+	for _, l := range ls {
+		flag := "--listen"
+		if l.name == "sign" || l.name == "admin" {
+			flag = "--" + l.name + "-listen"
+		}
+		host, port, err := net.SplitHostPort(l.addr)
+		if err != nil {
+			return fmt.Errorf("%s %q: want HOST:PORT, e.g. 127.0.0.1:8080 (%v)", flag, l.addr, err)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("%s %q: port %q is not a number from 0 to 65535", flag, l.addr, port)
+		}
+		if port != "0" {
+			if other, dup := seen[host+":"+port]; dup {
+				return fmt.Errorf("%s %q is also %s: each listener needs its own address (or leave %s empty to serve that surface on --listen)", flag, l.addr, other, flag)
+			}
+			seen[host+":"+port] = flag
+		}
+	}
+	if err := o.mcp.validate(); err != nil {
+		return err
+	}
+	if err := o.tlog.validate(); err != nil {
+		return err
+	}
+	if err := o.anchor.validate(); err != nil {
+		return err
+	}
+	if o.noFiles {
+		return nil
+	}
+	_, err = o.loadClientPrincipals()
 	return err
 }
 
@@ -167,12 +234,55 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	// Bind every listener first: a port in use, or an address that is no
+	// address, fails before anything is created (KEK, dev token, dev key).
+	listeners, err := o.listeners()
+	if err != nil {
+		return err
+	}
+	lns := make([]net.Listener, len(listeners))
+	for i, l := range listeners {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			for _, prev := range lns[:i] {
+				prev.Close()
+			}
+			return fmt.Errorf("%s listener: %w", l.name, err)
+		}
+		lns[i] = ln
+	}
+	defer func() {
+		for _, ln := range lns {
+			ln.Close() // after Serve took it: already closed by Shutdown
+		}
+	}()
+
 	if err := os.MkdirAll(o.store.dataDir, 0o700); err != nil {
 		return err
+	}
+	if o.store.config().PostgresURL == "" {
+		// One serve per SQLite key history (README: one process only).
+		unlock, err := lockDataDir(o.store.dataDir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
 	kekFile := o.kekFile
 	if kekFile == "" {
 		kekFile = filepath.Join(o.store.dataDir, "kek")
+	}
+	// The data directory matters when it holds something: the SQLite key
+	// history, the default KEK, the dev token.
+	if o.store.config().PostgresURL == "" || o.kekFile == "" || o.dev {
+		warning, err := checkDataDir(o.store.dataDir)
+		if err != nil {
+			return err
+		}
+		if warning != "" {
+			log.Warn(warning)
+		}
+		o.store.dirChecked = true
 	}
 	if o.dev {
 		if _, err := os.Stat(kekFile); errors.Is(err, os.ErrNotExist) {
@@ -212,7 +322,25 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 			all = append(all, b)
 		}
 	}
-	mgr := rotation.New(rotation.Config{Store: st, Backends: all, DefaultKey: o.defaultKey, Logger: log, JWKSMaxAge: maxAge, DefaultPrepublish: o.defaultPrepublish})
+	// The log client runs before key history is loaded: with
+	// --anchor-key-file, every change is anchored and every reload checked
+	// against the log (ADR 0016).
+	tl, err := o.tlog.start(ctx, st, log, o.store.dataDir, kekFile, o.dev)
+	if err != nil {
+		return err
+	}
+	defer tl.stop() // after the listeners shut down below: every answered JWS is in the outbox
+	anc, err := o.anchor.start(ctx, st, tl, log, o.dev)
+	if err != nil {
+		return fmt.Errorf("key-history anchoring: %w", err)
+	}
+	var history rotation.HistoryChecker
+	if anc != nil {
+		st = anc.Wrap(st)
+		history = anc
+	}
+	mgr := rotation.New(rotation.Config{Store: st, History: history, Backends: all, DefaultKey: o.defaultKey, Logger: log, JWKSMaxAge: maxAge, DefaultPrepublish: o.defaultPrepublish,
+		MinRetention: api.DefaultMaxValidFor + o.servedAtSkew, PropagationBound: o.propagation, MaxClockSkew: o.clockSkew})
 	if err := mgr.Reload(ctx); err != nil {
 		return fmt.Errorf("loading key history: %w", err)
 	}
@@ -235,30 +363,28 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 		}
 	}
 
-	principals, err := loadClientPrincipals(o.clientPrincipals)
+	principals, err := o.loadClientPrincipals()
+	if err != nil {
+		return err
+	}
+	mcpHandler, err := o.mcp.handler(mgr, log)
 	if err != nil {
 		return err
 	}
 	handler := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes, ClientPrincipals: principals,
-		MaxServedAtSkew: o.servedAtSkew, Pprof: o.pprof, RateLimit: api.RateLimit{PerSecond: o.rateLimit, Burst: o.rateBurst}})
-	listeners, err := o.listeners()
-	if err != nil {
-		return err
-	}
+		MaxServedAtSkew: o.servedAtSkew, Pprof: o.pprof, RateLimit: api.RateLimit{PerSecond: o.rateLimit, Burst: o.rateBurst},
+		PublicRateLimit: api.RateLimit{PerSecond: o.publicRateLimit, Burst: o.publicRateBurst}, MCP: mcpHandler, Tlog: tl.api(), Build: buildInfo()})
 	if !o.dev && o.adminListen == "" {
 		log.Warn("the admin API shares the public listener; set --admin-listen (and --admin-tls-*) to keep it off the network verifiers and nodes reach")
 	}
 	var servers []*http.Server
 	errc := make(chan error, len(listeners))
 	signURL := ""
-	for _, l := range listeners {
-		srv := newHTTPServer(handler.HandlerFor(l.surface))
+	for i, l := range listeners {
+		srv := newHTTPServer(handler.HandlerForListener(l.name, l.surface))
 		srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 		srv.TLSConfig = l.tls
-		ln, err := net.Listen("tcp", l.addr)
-		if err != nil {
-			return fmt.Errorf("%s listener: %w", l.name, err)
-		}
+		ln := lns[i]
 		scheme := "http"
 		if l.tls != nil {
 			scheme = "https"
@@ -280,13 +406,24 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	}
 
 	go auth.Run(ctx, o.reloadEvery)
-	go reloadLoop(ctx, mgr, log, o.reloadEvery)
+	if anc != nil {
+		anc.OnChange(func() {
+			if err := mgr.Reload(ctx); err != nil {
+				log.Warn("keyring reload after a key-history check changed failed; retrying on the next reload", "err", err)
+			}
+		})
+		go anc.Run(ctx, o.anchor.checkEvery)
+	}
+	go mgr.RunFreshness(ctx, o.reloadEvery)
 	go mgr.Watch(ctx)
 	go mgr.RunScheduler(ctx, o.schedEvery)
 
 	if o.dev && signURL != "" {
 		if err := devDemo(ctx, stdout, signURL, devToken, mgr.Keyring().Default, filepath.Join(o.store.dataDir, devTokenFile)); err != nil {
 			log.Warn("dev demo signature failed", "err", err)
+		}
+		if tl != nil && tl.EmbeddedURL != "" {
+			fmt.Fprintf(stdout, "Transparency log (embedded, dev key): %s\n  keysvc receipt prove receipt.json --server %s   # insert the tlog proofs\n", tl.EmbeddedURL, signURL)
 		}
 	}
 
@@ -320,8 +457,17 @@ func newHTTPServer(h http.Handler) *http.Server {
 	}
 }
 
-// loadClientPrincipals reads the --client-principals file (strict JSON).
-func loadClientPrincipals(path string) (map[string]api.Principal, error) {
+// loadClientPrincipals reads the --client-principals file (strict JSON):
+// [{"listener":"admin","ca_sha256":"<hex>","common_name":"officer-1",
+// "name":"alice","scopes":["admin:revoke"]}]. Each entry binds a principal
+// to the listener whose client CA verifies the certificate and to one CA
+// certificate of that listener's --<listener>-client-ca bundle (the SHA-256
+// of its DER, e.g. `openssl x509 -in ca.pem -outform DER | sha256sum`), so
+// a certificate from another listener's CA, or another CA of the bundle,
+// never takes the name (issue 13). Names follow the API token name rules,
+// and one name is one person across tokens and certificates.
+func (o *serveOptions) loadClientPrincipals() ([]api.ClientPrincipal, error) {
+	path := o.clientPrincipals
 	if path == "" {
 		return nil, nil
 	}
@@ -330,6 +476,8 @@ func loadClientPrincipals(path string) (map[string]api.Principal, error) {
 		return nil, fmt.Errorf("--client-principals: %w", err)
 	}
 	var list []struct {
+		Listener   string   `json:"listener"`
+		CASHA256   string   `json:"ca_sha256"`
 		CommonName string   `json:"common_name"`
 		Name       string   `json:"name"`
 		Scopes     []string `json:"scopes"`
@@ -337,20 +485,71 @@ func loadClientPrincipals(path string) (map[string]api.Principal, error) {
 	if err := strictjson.Decode(raw, &list, strictjson.Limits{}); err != nil {
 		return nil, fmt.Errorf("--client-principals %s: %w", path, err)
 	}
-	out := map[string]api.Principal{}
-	for _, p := range list {
-		if p.CommonName == "" || p.Name == "" || len(p.Scopes) == 0 {
-			return nil, fmt.Errorf("--client-principals %s: every entry needs common_name, name and scopes", path)
+	cas := map[string]map[string]bool{} // listener -> CA fingerprints of its client CA bundle
+	for _, l := range []struct{ name, ca string }{{"sign", o.signClientCA}, {"admin", o.adminClientCA}} {
+		if l.ca == "" {
+			continue
+		}
+		fps, err := certFingerprints(l.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--%s-client-ca: %w", l.name, err)
+		}
+		cas[l.name] = fps
+	}
+	var out []api.ClientPrincipal
+	seen := map[[3]string]bool{}
+	for i, p := range list {
+		where := fmt.Sprintf("--client-principals %s: entry %d", path, i)
+		fp := strings.ToLower(strings.ReplaceAll(p.CASHA256, ":", ""))
+		switch {
+		case p.Listener == "" || p.CASHA256 == "" || p.CommonName == "" || p.Name == "" || len(p.Scopes) == 0:
+			return nil, fmt.Errorf("%s: every entry needs listener, ca_sha256, common_name, name and scopes", where)
+		case p.Listener != "sign" && p.Listener != "admin":
+			return nil, fmt.Errorf("%s: listener must be \"sign\" or \"admin\", got %q", where, p.Listener)
+		case cas[p.Listener] == nil:
+			return nil, fmt.Errorf("%s: listener %q verifies no client certificates (set --%s-client-ca)", where, p.Listener, p.Listener)
+		case !cas[p.Listener][fp]:
+			return nil, fmt.Errorf("%s: ca_sha256 %s is no certificate of --%s-client-ca", where, p.CASHA256, p.Listener)
+		case !api.ValidPrincipalName(p.Name):
+			return nil, fmt.Errorf("%s: name %q must be lower-case letters, digits and . _ @ - (at most 64)", where, p.Name)
 		}
 		for _, sc := range p.Scopes {
 			if !validScope(sc) {
-				return nil, fmt.Errorf("--client-principals %s: unknown scope %q", path, sc)
+				return nil, fmt.Errorf("%s: unknown scope %q", where, sc)
 			}
 		}
-		if _, dup := out[p.CommonName]; dup {
-			return nil, fmt.Errorf("--client-principals %s: common_name %q listed twice", path, p.CommonName)
+		k := [3]string{p.Listener, fp, p.CommonName}
+		if seen[k] {
+			return nil, fmt.Errorf("%s: common_name %q of that listener and CA listed twice", where, p.CommonName)
 		}
-		out[p.CommonName] = api.Principal{Name: p.Name, Scopes: p.Scopes}
+		seen[k] = true
+		out = append(out, api.ClientPrincipal{Listener: p.Listener, CASHA256: fp, CommonName: p.CommonName,
+			Principal: api.Principal{Name: p.Name, Scopes: p.Scopes}})
+	}
+	return out, nil
+}
+
+// certFingerprints returns the hex SHA-256 of the DER of every certificate
+// in a PEM bundle.
+func certFingerprints(file string) (map[string]bool, error) {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for {
+		var b *pem.Block
+		b, raw = pem.Decode(raw)
+		if b == nil {
+			break
+		}
+		if b.Type == "CERTIFICATE" {
+			sum := sha256.Sum256(b.Bytes)
+			out[hex.EncodeToString(sum[:])] = true
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no PEM certificates", file)
 	}
 	return out, nil
 }
@@ -367,6 +566,16 @@ type listener struct {
 // surfaces too unless they have listeners of their own.
 func (o *serveOptions) listeners() ([]listener, error) {
 	pub := listener{name: "public", addr: o.listen, surface: api.SurfacePublic}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if o.tlsCert != "" {
+		cfg, err := tlsConfig("public", o.tlsCert, o.tlsKey, "")
+		if err != nil {
+			return nil, err
+		}
+		pub.tls = cfg
+	}
 	out := []listener{}
 	for _, l := range []struct {
 		name, addr, cert, key, ca string
@@ -383,8 +592,13 @@ func (o *serveOptions) listeners() ([]listener, error) {
 			pub.name += "+" + l.name
 			continue
 		}
-		cfg, err := tlsConfig(l.name, l.cert, l.key, l.ca)
-		if err != nil {
+		var cfg *tls.Config
+		var err error
+		if o.noFiles {
+			if (l.cert == "") != (l.key == "") || (l.ca != "" && l.cert == "") {
+				return nil, fmt.Errorf("--%s-tls-cert and --%s-tls-key go together, and --%s-client-ca needs both", l.name, l.name, l.name)
+			}
+		} else if cfg, err = tlsConfig(l.name, l.cert, l.key, l.ca); err != nil {
 			return nil, err
 		}
 		out = append(out, listener{name: l.name, addr: l.addr, surface: l.surface, tls: cfg})
@@ -401,11 +615,11 @@ func tlsConfig(name, certFile, keyFile, caFile string) (*tls.Config, error) {
 		}
 		return nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	// The certificate reloads when its files change (certReloader).
+	cfg, err := reloadingTLS(name, certFile, keyFile, slog.Default())
 	if err != nil {
-		return nil, fmt.Errorf("%s listener TLS certificate: %w", name, err)
+		return nil, err
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
@@ -420,21 +634,6 @@ func tlsConfig(name, certFile, keyFile, caFile string) (*tls.Config, error) {
 	return cfg, nil
 }
 
-func reloadLoop(ctx context.Context, mgr *rotation.Manager, log *slog.Logger, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := mgr.Reload(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("key history reload failed", "err", err)
-			}
-		}
-	}
-}
-
 // ensureDevToken returns the dev token stored in path (mode 0600), creating
 // it and its hash in key history when missing.
 func ensureDevToken(ctx context.Context, st store.Store, path string) (string, error) {
@@ -446,11 +645,8 @@ func ensureDevToken(ctx context.Context, st store.Store, path string) (string, e
 		// The database was reset: register the same token again.
 		return tok, insertToken(ctx, st, tok)
 	}
-	tok, rec, err := api.NewToken("dev", devScopes, 0)
+	tok, _, err := api.CreateToken(ctx, st, "dev", devScopes, 0, devTokenAudit)
 	if err != nil {
-		return "", err
-	}
-	if err := st.InTx(ctx, func(tx store.Tx) error { return tx.InsertToken(ctx, rec) }); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
@@ -458,6 +654,9 @@ func ensureDevToken(ctx context.Context, st store.Store, path string) (string, e
 	}
 	return tok, nil
 }
+
+// devTokenAudit is how --dev's token changes appear in the audit trail.
+var devTokenAudit = api.TokenAudit{Actor: "keysvc serve --dev", Reason: "dev mode token"}
 
 var devScopes = []string{api.ScopeSignAll, api.ScopeAdminKeys, api.ScopeAdminRevoke, api.ScopeAuditRead}
 
@@ -478,7 +677,7 @@ func tokenKnown(ctx context.Context, st store.Store, tok string) (bool, error) {
 func insertToken(ctx context.Context, st store.Store, tok string) error {
 	h := api.TokenHash(tok)
 	rec := store.APIToken{ID: fmt.Sprintf("%x", h[:6]), Name: "dev", SHA256: h[:], Scopes: devScopes, CreatedAt: store.Now()}
-	return st.InTx(ctx, func(tx store.Tx) error { return tx.InsertToken(ctx, rec) })
+	return api.RegisterToken(ctx, st, rec, devTokenAudit)
 }
 
 // devDemo signs a sample transport assertion through the service's own
@@ -513,10 +712,11 @@ Try it yourself:
   export KEYSVC_TOKEN=$(cat %s)
   curl -s -H "Authorization: Bearer $KEYSVC_TOKEN" -H 'Content-Type: application/json' \
     -d '{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02","guests":2}}' \
-    %s/v1/keys/%s/mcp-transport
-  curl -s %s/.well-known/jwks.json
+    -o signed.json %s/v1/keys/%s/mcp-transport
+  keysvc receipt build signed.json --property villaakerlyckan.se -o receipt.json
+  keysvc verify receipt.json --jwks %s/v1/keys/%s/jwks.json
 
 Press Ctrl-C to stop.
-`, base, key, res.KID, res.JWS, att, tokenPath, token, tokenPath, base, key, base)
+`, base, key, res.KID, res.JWS, att, tokenPath, token, tokenPath, base, key, base, key)
 	return nil
 }

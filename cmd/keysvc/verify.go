@@ -36,9 +36,14 @@ func newVerifyCmd() *cobra.Command {
 		jwksArg    string
 		historyArg string
 		logKeysArg string
+		witnessArg string
+		witnessK   int
+		logURLs    []string
 		nowArg     string
 		atArg      string
 		asJSON     bool
+		checkTyp   bool
+		layerTyps  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "verify RECEIPT.json (--jwks FILE|URL | --history FILE|URL [--log-keys FILE|URL])",
@@ -64,7 +69,29 @@ transparency-log proof (tlog) whose Signed Tree Head, signed by a key in
 --log-keys, predates vrp_compromised_at (else tlog_required or key_revoked).
 
 --log-keys is a JWK Set of the transparency-log keys you trust (Ed25519),
-never the node's own keys; it needs --history.
+never the node's own keys; it needs --history. When the proof carries the
+log's C2SP checkpoint (keysvc receipt prove inserts it), the checkpoint must
+be signed by the same key under the log_id and describe the STH's tree.
+
+--witness-keys is a file (or URL) of witness verifier keys you trust, one
+C2SP signed-note vkey per line (cosignature/v1; # comments). A revoked
+version's signature then also needs --witnesses-required (default 1)
+distinct trusted witnesses whose cosignatures on the proof's checkpoint
+were made strictly before vrp_compromised_at (a cosignature's whole-second
+timestamp T counts when T + 1 s is not after it).
+
+--log-url (repeatable) is a log's base URL: each proof that would accept a
+revoked version's signature must then be consistent with that log's newest
+Signed Tree Head (verified with --log-keys; RFC 9162 consistency proof from
+the log); a log that contradicts its own proof rejects it (key_revoked, and
+a warning names both tree sizes).
+
+--check-typ checks each layer's JWS typ (ADR 0013): a transport attestation
+must carry typ vrp-mcp-transport+jws, the transport layer's, and no other
+layer may carry it. --layer-typ LAYER=TYP (repeatable) sets a layer's typ
+(and implies the check), e.g. --layer-typ offer=vrp-offer+jws. Off by
+default: the VRP receipt v1 rules do not look at typ, and transport JWS
+made before ADR 0013 (and the public VRP vectors) carry typ JWT.
 
 --at is the instant freshness is judged at (default: now), so a receipt
 can be checked as of when it was made; --now is the same flag under its
@@ -81,6 +108,10 @@ verified; 1 receipt invalid, or a usage or I/O error.`,
 				return errors.New("--jwks and --history exclude each other: give one")
 			case logKeysArg != "" && historyArg == "":
 				return errors.New("--log-keys needs --history (a plain JWKS verification never uses a transparency log)")
+			case (witnessArg != "" || len(logURLs) > 0) && logKeysArg == "":
+				return errors.New("--witness-keys and --log-url need --log-keys")
+			case cmd.Flags().Changed("witnesses-required") && witnessArg == "":
+				return errors.New("--witnesses-required needs --witness-keys")
 			case nowArg != "" && atArg != "":
 				return errors.New("--at and --now are the same flag: give one")
 			}
@@ -101,6 +132,19 @@ verified; 1 receipt invalid, or a usage or I/O error.`,
 				return err
 			}
 			opts := verifier.Options{Now: now}
+			if checkTyp || len(layerTyps) > 0 {
+				opts.LayerTyps = map[string]string{}
+				if checkTyp {
+					opts.LayerTyps = verifier.KeysvcLayerTyps()
+				}
+				for _, lt := range layerTyps {
+					layer, typ, ok := strings.Cut(lt, "=")
+					if !ok || layer == "" || typ == "" {
+						return fmt.Errorf("--layer-typ %q: want LAYER=TYP, e.g. transport=%s", lt, verifier.TransportTyp)
+					}
+					opts.LayerTyps[layer] = typ
+				}
+			}
 			warn := func(format string, a ...any) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: warning: "+format+"\n", a...)
 			}
@@ -111,10 +155,10 @@ verified; 1 receipt invalid, or a usage or I/O error.`,
 				}
 				h, err := verifier.ParseKeyHistory(body)
 				if err != nil {
-					return fmt.Errorf("--history %s: %w", historyArg, err)
+					return fmt.Errorf("--history %s: %w", displayArg(historyArg), err)
 				}
 				for _, e := range h.Skipped {
-					warn("--history %s: skipped %v", historyArg, e)
+					warn("--history %s: skipped %v", displayArg(historyArg), e)
 				}
 				opts.History = h
 				if logKeysArg != "" {
@@ -122,19 +166,43 @@ verified; 1 receipt invalid, or a usage or I/O error.`,
 						return err
 					}
 					for _, e := range opts.LogKeys.Skipped {
-						warn("--log-keys %s: skipped %v", logKeysArg, e)
+						warn("--log-keys %s: skipped %v", displayArg(logKeysArg), e)
 					}
 				}
+				if witnessArg != "" {
+					body, err := loadDocument(cmd.Context(), "--witness-keys", witnessArg)
+					if err != nil {
+						return err
+					}
+					if opts.Witnesses, err = verifier.ParseWitnessKeys(body); err != nil {
+						return fmt.Errorf("--witness-keys %s: %w", witnessArg, err)
+					}
+					if witnessK < 0 || witnessK > len(opts.Witnesses) {
+						return fmt.Errorf("--witnesses-required %d: want 0..%d (the witnesses in --witness-keys)", witnessK, len(opts.Witnesses))
+					}
+					opts.WitnessesRequired = witnessK
+				}
+				if len(logURLs) > 0 {
+					cc, err := newConsistencyChecker(logURLs, opts.LogKeys, warn)
+					if err != nil {
+						return err
+					}
+					opts.Consistency = cc.check
+				}
 			} else {
-				set, err := loadJWKS(cmd.Context(), "--jwks", jwksArg)
+				body, err := loadDocument(cmd.Context(), "--jwks", jwksArg)
 				if err != nil {
 					return err
 				}
-				for _, e := range set.Skipped {
-					warn("--jwks %s: skipped %v", jwksArg, e)
+				set, err := verifier.ParseJWKS(body)
+				if err != nil {
+					return fmt.Errorf("--jwks %s: %w", displayArg(jwksArg), err)
 				}
-				for _, kid := range revokedKIDs(set) {
-					warn("--jwks %s lists key %s as revoked, and a plain JWKS verification ignores that; use --history for lifecycle-aware verification", jwksArg, printable(kid))
+				for _, e := range set.Skipped {
+					warn("--jwks %s: skipped %v", displayArg(jwksArg), e)
+				}
+				for _, kid := range append(revokedKIDs(set), historyRevokedKIDs(body)...) {
+					warn("--jwks %s lists key %s as revoked, and a plain JWKS verification ignores that; use --history for lifecycle-aware verification", displayArg(jwksArg), printable(kid))
 				}
 				opts.Resolve = verifier.StaticJWKS(set)
 			}
@@ -163,8 +231,13 @@ verified; 1 receipt invalid, or a usage or I/O error.`,
 	cmd.Flags().StringVar(&jwksArg, "jwks", "", "JWK Set: a file path or an http(s) URL (this or --history is required)")
 	cmd.Flags().StringVar(&historyArg, "history", "", "key-history document: a file path or an http(s) URL; lifecycle-aware verification")
 	cmd.Flags().StringVar(&logKeysArg, "log-keys", "", "JWK Set of trusted transparency-log keys: a file path or an http(s) URL (with --history)")
+	cmd.Flags().StringVar(&witnessArg, "witness-keys", "", "trusted witness verifier keys (C2SP vkeys, one per line): a file path or an http(s) URL (with --log-keys)")
+	cmd.Flags().IntVar(&witnessK, "witnesses-required", 1, "distinct trusted witnesses that must have cosigned a revoked version's proof before its compromise (with --witness-keys)")
+	cmd.Flags().StringArrayVar(&logURLs, "log-url", nil, "transparency log base URL: check each accepted proof against the log's newest tree head (consistency; repeatable; with --log-keys)")
 	cmd.Flags().StringVar(&atArg, "at", "", "judge freshness at this RFC 3339 instant (default: the current time)")
 	cmd.Flags().StringVar(&nowArg, "now", "", "the same as --at")
+	cmd.Flags().BoolVar(&checkTyp, "check-typ", false, "check each layer's JWS typ (ADR 0013): transport attestations need typ "+verifier.TransportTyp+", and no other layer may carry it")
+	cmd.Flags().StringArrayVar(&layerTyps, "layer-typ", nil, "LAYER=TYP: the JWS typ a layer's signatures must carry (repeatable; implies the typ check)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON (the VRP reference verifier's shape)")
 	return cmd
 }
@@ -180,6 +253,26 @@ func revokedKIDs(set *verifier.JWKS) []string {
 		if json.Unmarshal(k.Raw, &m) == nil && m.Status == "revoked" {
 			kids = append(kids, k.KeyID)
 		}
+	}
+	return kids
+}
+
+// historyRevokedKIDs returns the kids listed under vrp_revoked_keys (a
+// key-history document given as --jwks, ADR 0027: a plain JWKS reading
+// never sees them, so their signatures fail as sig_invalid rather than
+// key_revoked).
+func historyRevokedKIDs(doc []byte) []string {
+	var h struct {
+		Revoked []struct {
+			KID string `json:"kid"`
+		} `json:"vrp_revoked_keys"`
+	}
+	if json.Unmarshal(doc, &h) != nil {
+		return nil
+	}
+	var kids []string
+	for _, k := range h.Revoked {
+		kids = append(kids, k.KID)
 	}
 	return kids
 }
@@ -212,9 +305,18 @@ func loadJWKS(ctx context.Context, flag, arg string) (*verifier.JWKS, error) {
 	}
 	set, err := verifier.ParseJWKS(body)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", flag, arg, err)
+		return nil, fmt.Errorf("%s %s: %w", flag, displayArg(arg), err)
 	}
 	return set, nil
+}
+
+// displayArg is a --jwks/--history/--log-keys value for messages: a URL
+// without its credentials (displayURL), a file path as it is.
+func displayArg(arg string) string {
+	if u, err := url.Parse(arg); err == nil && (strings.EqualFold(u.Scheme, "http") || strings.EqualFold(u.Scheme, "https")) {
+		return displayURL(arg)
+	}
+	return arg
 }
 
 // loadDocument reads the document a flag names: an http(s) URL (GET, 200
@@ -243,27 +345,72 @@ func readCapped(r io.Reader, flag, name string) ([]byte, error) {
 	return b, nil
 }
 
-// fetchDocument GETs a key document with a 10 s timeout.
+// maxFetchRedirects bounds the redirects fetchDocument follows.
+const maxFetchRedirects = 5
+
+// fetchDocument GETs a key document with a 10 s timeout. It follows at
+// most maxFetchRedirects redirects, and only within the URL's origin
+// (scheme, host and port, RFC 6454): a redirect to another host or port, or
+// from https to http, could hand the verifier keys from somewhere the user
+// did not name, so it is refused. Errors name the URL without its
+// credentials (displayURL).
 func fetchDocument(ctx context.Context, flag, rawURL string) ([]byte, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	defer cancel()
+	shown := displayURL(rawURL)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s %s: not a URL", flag, shown)
 	}
 	req.Header.Set("Accept", "application/jwk-set+json, application/json")
-	resp, err := (&http.Client{Timeout: fetchTimeout}).Do(req)
+	client := &http.Client{Timeout: fetchTimeout, CheckRedirect: func(next *http.Request, via []*http.Request) error {
+		first := via[0].URL
+		if !strings.EqualFold(next.URL.Scheme, first.Scheme) || !strings.EqualFold(next.URL.Host, first.Host) {
+			return fmt.Errorf("redirect to another origin (%s) refused: give that URL itself if you trust it", displayURL(next.URL.String()))
+		}
+		if len(via) >= maxFetchRedirects {
+			return fmt.Errorf("stopped after %d redirects", maxFetchRedirects)
+		}
+		return nil
+	}}
+	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s: fetch: %w", flag, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its message repeats the URL, credentials and all
+		}
+		return nil, fmt.Errorf("%s: fetch %s: %v", flag, shown, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: fetch %s: HTTP %s", flag, rawURL, resp.Status)
+		return nil, fmt.Errorf("%s: fetch %s: HTTP %s", flag, shown, resp.Status)
 	}
-	return readCapped(resp.Body, flag, rawURL)
+	return readCapped(resp.Body, flag, shown)
+}
+
+// displayURL is rawURL for messages: userinfo replaced by REDACTED and every
+// query value by REDACTED (a URL may carry a password or an access token
+// in either). A string that does not parse is not shown.
+func displayURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	if u.User != nil {
+		u.User = url.User("REDACTED")
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			q[k] = []string{"REDACTED"}
+		}
+		u.RawQuery = q.Encode()
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
 }
 
 // printResult writes the human-readable report: one line per attestation,

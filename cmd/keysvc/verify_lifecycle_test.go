@@ -359,7 +359,11 @@ func TestVerifyLifecycleCommand(t *testing.T) {
 		if err := json.Unmarshal(historyDoc.Body, &doc); err != nil {
 			t.Fatal(err)
 		}
-		doc["keys"].([]any)[2].(map[string]any)["vrp_not_before"] = "June 1st"
+		for _, e := range doc["keys"].([]any) {
+			if e := e.(map[string]any); e["kid"] == active.kid {
+				e["vrp_not_before"] = "June 1st"
+			}
+		}
 		broken := write("broken-history.json", doc)
 		path, freshAt := receipt("skip.json", active.signJWS(`{}`), "2026-06-24T11:00:00Z", nil)
 		stdout, stderr, code := runCLI(t, nil, "verify", path, "--history", broken, "--at", freshAt, "--json")

@@ -118,3 +118,22 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeNullBody: a body that is JSON null is not an object: refused
+// (invalid_field) rather than leaving the struct as it was.
+func TestDecodeNullBody(t *testing.T) {
+	var v struct {
+		A string `json:"a"`
+	}
+	for _, body := range []string{`null`, ` null `} {
+		err := Decode([]byte(body), &v, Limits{})
+		var se *Error
+		if !errors.As(err, &se) || se.Code != CodeInvalidField {
+			t.Errorf("Decode(%q) = %v, want %s", body, err, CodeInvalidField)
+		}
+	}
+	var any struct{}
+	if err := Decode([]byte(`{}`), &any, Limits{}); err != nil {
+		t.Errorf("Decode({}) = %v", err)
+	}
+}

@@ -1,0 +1,649 @@
+package anchor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/keysvc/keysvc/rotation"
+	"github.com/keysvc/keysvc/store"
+	"github.com/keysvc/keysvc/tlogclient"
+	"github.com/keysvc/keysvc/verifier"
+)
+
+// Errors; test with errors.Is.
+var (
+	// ErrKIDMinted: the log records that the kid was minted before (a
+	// deleted row, or key history restored from an older backup).
+	ErrKIDMinted = errors.New("anchor: the transparency log records this kid as minted already")
+	// ErrLogUnreachable: no configured log answered, so a check that must
+	// rest on the log could not be made.
+	ErrLogUnreachable = errors.New("anchor: no transparency log answered")
+)
+
+// Recorder submits leaves: tlogclient.Client.Record.
+type Recorder interface {
+	Record(ctx context.Context, artifactType string, artifacts ...string) error
+}
+
+// Config configures an Anchor.
+type Config struct {
+	Key  *EventKey
+	Logs []tlogclient.Log // read through proof?hash=
+	// LogKeys are the keys the logs' tree heads must verify with (e.g.
+	// --tlog-log-keys); nil: each log's own jwks.json, fetched once.
+	LogKeys  *verifier.JWKS
+	Recorder Recorder    // where events are submitted; nil: check only
+	Store    store.Store // the undecorated key-history store
+	Logger   *slog.Logger
+	// ProbeTimeout bounds one look-up in the logs (default 3 s).
+	ProbeTimeout time.Duration
+	// CheckBudget bounds what one Check (one reload) spends on look-ups
+	// (default 750 ms): a slow log must not hold a reload past the signing
+	// lease (ADR 0014). What is not confirmed within it stays unbacked
+	// until a later reload.
+	CheckBudget time.Duration
+}
+
+// Anchor signs key-history events, submits them and checks key history
+// against the log. Safe for concurrent use.
+type Anchor struct {
+	key    *EventKey
+	logs   []tlogclient.Log
+	rec    Recorder
+	st     store.Store
+	as     store.AnchorStore
+	log    *slog.Logger
+	probe  time.Duration
+	budget time.Duration
+
+	mu sync.Mutex
+	// known holds hashes known to be backed: signed by this process in a
+	// committed change, found in anchor_events, or found in a log. A fact
+	// once backed stays backed (the log is append-only).
+	known map[[32]byte]bool
+	// absent holds markers last probed absent in every log, and when.
+	absent   map[[32]byte]absentMarker
+	onChange func()
+	// downUntil: per log, until when look-ups fail fast after a failure,
+	// so that a log outage costs a reload one timeout, not one per marker.
+	downUntil map[string]time.Time
+	pinned    *verifier.JWKS
+	fetched   map[string]*verifier.JWKS // by log URL
+}
+
+type absentMarker struct {
+	at time.Time
+	ev Event
+}
+
+// New returns an Anchor; Bootstrap and Run it from serve.
+func New(cfg Config) (*Anchor, error) {
+	if cfg.Key == nil || len(cfg.Logs) == 0 || cfg.Store == nil {
+		return nil, errors.New("anchor: an event key, a transparency log and a store are required")
+	}
+	as, ok := cfg.Store.(store.AnchorStore)
+	if !ok {
+		return nil, errors.New("anchor: this key-history store cannot keep anchoring events")
+	}
+	a := &Anchor{key: cfg.Key, logs: cfg.Logs, rec: cfg.Recorder, st: cfg.Store, as: as, log: cfg.Logger, probe: cfg.ProbeTimeout,
+		known: map[[32]byte]bool{}, absent: map[[32]byte]absentMarker{}, downUntil: map[string]time.Time{},
+		pinned: cfg.LogKeys, fetched: map[string]*verifier.JWKS{}}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	if a.probe <= 0 {
+		a.probe = 3 * time.Second
+	}
+	a.budget = cfg.CheckBudget
+	if a.budget <= 0 {
+		a.budget = 750 * time.Millisecond
+	}
+	return a, nil
+}
+
+// Key returns the event key.
+func (a *Anchor) Key() *EventKey { return a.key }
+
+// OnChange sets what runs when a background re-check changes a verdict
+// (the Manager's Reload).
+func (a *Anchor) OnChange(fn func()) { a.mu.Lock(); a.onChange = fn; a.mu.Unlock() }
+
+// logKeys returns the keys that sign l's tree heads: the pinned ones, else
+// the log's jwks.json as first fetched (then kept for the process's life).
+func (a *Anchor) logKeys(ctx context.Context, l tlogclient.Log) (*verifier.JWKS, error) {
+	if a.pinned != nil {
+		return a.pinned, nil
+	}
+	a.mu.Lock()
+	k := a.fetched[l.URL()]
+	a.mu.Unlock()
+	if k != nil {
+		return k, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.URL()+tlogclient.PathPrefix+"jwks.json", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("log %s jwks.json: HTTP %d", l.URL(), resp.StatusCode)
+	}
+	k, err = verifier.ParseJWKS(b)
+	if err != nil {
+		return nil, fmt.Errorf("log %s jwks.json: %w", l.URL(), err)
+	}
+	a.mu.Lock()
+	a.fetched[l.URL()] = k
+	a.mu.Unlock()
+	return k, nil
+}
+
+// logDownFor is how long look-ups in a log fail fast after one failed.
+const logDownFor = 2 * time.Second
+
+// logHas asks every log for the leaf of ev: true when one has it in its
+// newest witnessed tree and the answer verifies (verifier.VerifyTlogArtifact: the
+// inclusion proof to a tree head signed by the log's key), false when
+// every log answered that it has not, ErrLogUnreachable when no log has it
+// and one could not answer or answered with a proof that does not verify.
+func (a *Anchor) logHas(ctx context.Context, ev Event) (bool, error) {
+	h := ev.Hash
+	var errs []error
+	for _, l := range a.logs {
+		a.mu.Lock()
+		down := time.Now().Before(a.downUntil[l.URL()])
+		a.mu.Unlock()
+		if down {
+			errs = append(errs, fmt.Errorf("log %s failed a look-up less than %s ago", l.URL(), logDownFor))
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, a.probe)
+		proof, err := l.Proof(pctx, h, 0)
+		if err == nil {
+			var keys *verifier.JWKS
+			if keys, err = a.logKeys(pctx, l); err == nil {
+				if _, verr := verifier.VerifyTlogArtifact(proof, tlogclient.ArtifactStatusEvent, ev.JWS, keys); verr != nil {
+					err = fmt.Errorf("log %s: its proof for %s does not verify: %w", l.URL(), tlogclient.FormatHash(h), verr)
+				}
+			}
+		}
+		cancel()
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, tlogclient.ErrNotFound):
+		default:
+			if ctx.Err() == nil {
+				a.mu.Lock()
+				a.downUntil[l.URL()] = time.Now().Add(logDownFor)
+				a.mu.Unlock()
+			}
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return false, fmt.Errorf("%w: %w", ErrLogUnreachable, errors.Join(errs...))
+	}
+	return false, nil
+}
+
+func (a *Anchor) isKnown(h [32]byte) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.known[h]
+}
+
+func (a *Anchor) learn(evs ...Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ev := range evs {
+		a.known[ev.Hash] = true
+		delete(a.absent, ev.Hash)
+	}
+}
+
+// factBacked reports whether fact ev was signed in a committed change:
+// known here, stored in anchor_events (r), or in a log.
+func (a *Anchor) factBacked(ctx context.Context, r store.AnchorStore, ev Event) (bool, error) {
+	if a.isKnown(ev.Hash) {
+		return true, nil
+	}
+	got, err := r.AnchorEventsByHash(ctx, [][32]byte{ev.Hash})
+	if err != nil {
+		return false, err
+	}
+	if s, ok := got[ev.Hash]; ok && s.JWS == ev.JWS {
+		a.learn(ev)
+		return true, nil
+	}
+	ok, err := a.logHas(ctx, ev)
+	if ok {
+		a.learn(ev)
+	}
+	return ok, err
+}
+
+// markerPresent reports whether marker ev is in a log. A marker probed
+// absent before is taken as absent until the refresh loop probes it
+// again; one never probed is probed now.
+func (a *Anchor) markerPresent(ctx context.Context, ev Event, cachedOK bool) (bool, error) {
+	a.mu.Lock()
+	if a.known[ev.Hash] {
+		a.mu.Unlock()
+		return true, nil
+	}
+	if _, ok := a.absent[ev.Hash]; ok && cachedOK {
+		a.mu.Unlock()
+		return false, nil
+	}
+	a.mu.Unlock()
+	ok, err := a.logHas(ctx, ev)
+	if err != nil {
+		return false, err
+	}
+	a.mu.Lock()
+	if ok {
+		a.known[ev.Hash] = true
+		delete(a.absent, ev.Hash)
+	} else {
+		a.absent[ev.Hash] = absentMarker{at: time.Now(), ev: ev}
+	}
+	a.mu.Unlock()
+	return ok, nil
+}
+
+// Check implements rotation.HistoryChecker: for every key and version
+// read, whether the log backs it (see the package documentation). Facts
+// are looked up in memory, then in anchor_events, then in the logs;
+// markers in memory, then in the logs (cached while absent, re-probed by
+// Run). A look-up that fails leaves the version unbacked: fail closed.
+func (a *Anchor) Check(ctx context.Context, h store.History) rotation.HistoryVerdict {
+	ctx, cancel := context.WithTimeout(ctx, a.budget)
+	defer cancel()
+	v := rotation.HistoryVerdict{Versions: map[string]string{}, Keys: map[string]string{}}
+	for _, k := range h.Keys {
+		a.checkKey(ctx, k, h.Versions[k.Name], v)
+	}
+	return v
+}
+
+// CheckAll is Check without the per-reload budget (a command line check
+// may take as long as its look-ups need).
+func (a *Anchor) CheckAll(ctx context.Context, h store.History) rotation.HistoryVerdict {
+	v := rotation.HistoryVerdict{Versions: map[string]string{}, Keys: map[string]string{}}
+	for _, k := range h.Keys {
+		a.checkKey(ctx, k, h.Versions[k.Name], v)
+	}
+	return v
+}
+
+func (a *Anchor) checkKey(ctx context.Context, k store.Key, versions []store.KeyVersion, v rotation.HistoryVerdict) {
+	kf, err := a.key.KeyFact(k)
+	if err == nil {
+		var ok bool
+		if ok, err = a.factBacked(ctx, a.as, kf); err == nil && !ok {
+			v.Keys[k.Name] = "key " + k.Name + ": its settings (issuer, algorithm, backend, policy) are not backed by the transparency log"
+		}
+	}
+	if err != nil {
+		v.Keys[k.Name] = "key " + k.Name + ": cannot check against the transparency log: " + err.Error()
+	}
+	if reason, bad := v.Keys[k.Name]; bad {
+		// The key's issuer, jwks_url or algorithm as stored cannot be
+		// trusted: nothing of it is published (did:web is per issuer).
+		for _, ver := range versions {
+			v.Versions[ver.KID] = "version " + ver.KID + ": withheld, " + reason
+		}
+		return
+	}
+	allBacked := true
+	for _, ver := range versions {
+		if reason := a.checkVersion(ctx, ver); reason != "" {
+			v.Versions[ver.KID] = reason
+			allBacked = false
+		}
+	}
+	n := len(versions)
+	if allBacked {
+		// n backed versions were each written with their ordinal marker.
+		for i := 1; i <= n; i++ {
+			if m, err := a.key.OrdinalMarker(k.Name, i); err == nil {
+				a.learn(m)
+			}
+		}
+	}
+	next, err := a.key.OrdinalMarker(k.Name, n+1)
+	if err == nil {
+		var present bool
+		if present, err = a.markerPresent(ctx, next, true); err == nil && present {
+			v.Keys[k.Name] = fmt.Sprintf("key %s: the transparency log records a version number %d, but key history holds %d versions: a version was deleted, or key history was restored from an older backup", k.Name, n+1, n)
+		}
+	}
+	if err != nil && v.Keys[k.Name] == "" {
+		v.Keys[k.Name] = "key " + k.Name + ": cannot check against the transparency log: " + err.Error()
+	}
+}
+
+// checkVersion returns why the log does not back version ver, or "".
+func (a *Anchor) checkVersion(ctx context.Context, ver store.KeyVersion) string {
+	fact, err := a.key.VersionFact(ver)
+	if err != nil {
+		return "version " + ver.KID + ": " + err.Error()
+	}
+	ok, err := a.factBacked(ctx, a.as, fact)
+	if err != nil {
+		return "version " + ver.KID + ": cannot check against the transparency log: " + err.Error()
+	}
+	if !ok {
+		return "version " + ver.KID + ": its public key, state or instants as stored are not backed by the transparency log (altered or inserted in the database)"
+	}
+	for _, s := range reachedStates(ver) {
+		if m, err := a.key.StateMarker(ver.KID, s); err == nil {
+			a.learn(m)
+		}
+	}
+	later := laterStates(ver.State)
+	if ver.MaterialDestroyedAt == nil {
+		later = append(later, "destroyed")
+	}
+	for _, s := range later {
+		m, err := a.key.StateMarker(ver.KID, s)
+		if err != nil {
+			return "version " + ver.KID + ": " + err.Error()
+		}
+		present, err := a.markerPresent(ctx, m, true)
+		if err != nil {
+			return "version " + ver.KID + ": cannot check against the transparency log: " + err.Error()
+		}
+		if present {
+			what := "state " + s
+			if s == "destroyed" {
+				what = "its material destroyed"
+			}
+			return "version " + ver.KID + ": the transparency log records " + what + ", key history says " + string(ver.State) + " (rolled back in the database)"
+		}
+	}
+	return ""
+}
+
+// Refresh probes every marker cached as absent again and reports whether
+// one is now present (then a reload shows the verdict).
+func (a *Anchor) Refresh(ctx context.Context) bool {
+	a.mu.Lock()
+	evs := make([]Event, 0, len(a.absent))
+	for _, m := range a.absent {
+		evs = append(evs, m.ev)
+	}
+	a.mu.Unlock()
+	changed := false
+	for _, ev := range evs {
+		if ok, err := a.markerPresent(ctx, ev, false); err == nil && ok {
+			a.log.Warn("the transparency log now shows a key-history marker", "kind", ev.Kind, "subject", ev.Subject)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// Run re-probes absent markers every interval until ctx ends, and calls
+// the OnChange function when one appeared.
+func (a *Anchor) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if a.Refresh(ctx) {
+			a.mu.Lock()
+			fn := a.onChange
+			a.mu.Unlock()
+			if fn != nil {
+				fn()
+			}
+		}
+	}
+}
+
+// submit records events' JWS as vrp_status_event leaves.
+func (a *Anchor) submit(ctx context.Context, evs []Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	if a.rec == nil {
+		return errors.New("anchor: no recorder configured (check only)")
+	}
+	jws := make([]string, len(evs))
+	for i, ev := range evs {
+		jws[i] = ev.JWS
+	}
+	return a.rec.Record(ctx, tlogclient.ArtifactStatusEvent, jws...)
+}
+
+// toStore converts events for anchor_events.
+func toStore(evs []Event, at time.Time) []store.AnchorEvent {
+	out := make([]store.AnchorEvent, len(evs))
+	for i, ev := range evs {
+		out[i] = store.AnchorEvent{Hash: ev.Hash, Kind: ev.Kind, Subject: ev.Subject, JWS: ev.JWS, CreatedAt: at}
+	}
+	return out
+}
+
+// Start makes the log know the node's key history: on the first start with
+// this event key (no bootstrap marker in the logs or anchor_events) every
+// key, version and audit row as it stands now is anchored — trust on first
+// use, logged loudly; on every start every stored event is submitted again
+// (a change whose events were committed but not yet recorded when the
+// process died; the log keeps one entry per hash).
+func (a *Anchor) Start(ctx context.Context) error {
+	boot, err := a.key.BootstrapMarker()
+	if err != nil {
+		return err
+	}
+	stored, err := a.as.ListAnchorEvents(ctx)
+	if err != nil {
+		return err
+	}
+	bootstrapped := false
+	for _, ev := range stored {
+		if ev.Hash == boot.Hash {
+			bootstrapped = true
+		}
+	}
+	if !bootstrapped {
+		inLog, err := a.logHas(ctx, boot)
+		if err != nil {
+			return fmt.Errorf("anchor: checking whether key history was anchored before: %w", err)
+		}
+		bootstrapped = inLog
+	}
+	if !bootstrapped {
+		if err := a.bootstrap(ctx, boot); err != nil {
+			return err
+		}
+	}
+	evs := make([]Event, 0, len(stored))
+	for _, s := range stored {
+		evs = append(evs, Event{Kind: s.Kind, Subject: s.Subject, JWS: s.JWS, Hash: s.Hash})
+	}
+	for len(evs) > 0 {
+		n := min(len(evs), 1000)
+		if err := a.submit(ctx, evs[:n]); err != nil {
+			return fmt.Errorf("anchor: submitting stored key-history events: %w", err)
+		}
+		evs = evs[n:]
+	}
+	return nil
+}
+
+// bootstrap anchors key history as it stands: the first start with an
+// event key.
+func (a *Anchor) bootstrap(ctx context.Context, boot Event) error {
+	var evs []Event
+	var nk, nv, na int
+	err := a.st.InTx(ctx, func(tx store.Tx) error {
+		evs = evs[:0]
+		hist, err := tx.ReadHistory(ctx)
+		if err != nil {
+			return err
+		}
+		for _, k := range hist.Keys {
+			e, err := a.key.KeyFact(k)
+			if err != nil {
+				return err
+			}
+			evs = append(evs, e)
+			for i, v := range hist.Versions[k.Name] {
+				more, err := a.versionEvents(v, i+1, true)
+				if err != nil {
+					return err
+				}
+				evs = append(evs, more...)
+			}
+			nk, nv = nk+1, nv+len(hist.Versions[k.Name])
+		}
+		rows, err := tx.ListAudit(ctx, 0, 0)
+		if err != nil {
+			return err
+		}
+		if broken, err := store.VerifyAuditChain(rows); err != nil || broken != 0 {
+			return fmt.Errorf("anchor: the audit chain is broken at row %d (%v): refusing to anchor it", broken, err)
+		}
+		for _, r := range rows {
+			more, err := a.auditEvents(r)
+			if err != nil {
+				return err
+			}
+			evs = append(evs, more...)
+		}
+		na = len(rows)
+		evs = append(evs, boot)
+		return tx.(store.AnchorWriter).InsertAnchorEvents(ctx, toStore(evs, store.Now()))
+	})
+	if err != nil {
+		return err
+	}
+	a.learn(evs...)
+	a.log.Warn("key-history anchoring starts: key history as it stands now is anchored in the transparency log on trust (first start with this event key)",
+		"keys", nk, "versions", nv, "audit_rows", na, "event_key", a.key.KID())
+	return nil
+}
+
+// versionEvents are the fact of v as stored and its markers: the kid and
+// the ordinal n when minted, the states reached.
+func (a *Anchor) versionEvents(v store.KeyVersion, n int, minted bool) ([]Event, error) {
+	f, err := a.key.VersionFact(v)
+	if err != nil {
+		return nil, err
+	}
+	out := []Event{f}
+	if minted {
+		m, err := a.key.KIDMarker(v.KID)
+		if err != nil {
+			return nil, err
+		}
+		o, err := a.key.OrdinalMarker(v.KeyName, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m, o)
+	}
+	for _, s := range reachedStates(v) {
+		m, err := a.key.StateMarker(v.KID, s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func (a *Anchor) auditEvents(r store.AuditEvent) ([]Event, error) {
+	f, err := a.key.AuditFact(r)
+	if err != nil {
+		return nil, err
+	}
+	m, err := a.key.AuditSeqMarker(r.Seq)
+	if err != nil {
+		return nil, err
+	}
+	return []Event{f, m}, nil
+}
+
+// AuditResult is what VerifyAudit found.
+type AuditResult struct {
+	Anchored   int    // rows whose anchored head matches
+	Unanchored int    // rows the log has no marker for (written without the event key)
+	FirstSeq   int64  // the first divergent row (0: none)
+	Divergence string // what diverges ("" when nothing)
+}
+
+// VerifyAudit checks an intact audit chain (store.VerifyAuditChain found no
+// broken row) against the heads anchored in the logs: a row whose seq
+// marker the log has must have its anchored hash (a rewrite with
+// recomputed hashes changes it), and the log must have no marker for the
+// row after the last (truncation). A row's head is looked up in
+// anchor_events and in the logs; its marker in the logs only.
+func (a *Anchor) VerifyAudit(ctx context.Context, rows []store.AuditEvent) (AuditResult, error) {
+	var res AuditResult
+	for _, r := range rows {
+		f, err := a.key.AuditFact(r)
+		if err != nil {
+			return res, err
+		}
+		ok, err := a.factBacked(ctx, a.as, f)
+		if err != nil {
+			return res, err
+		}
+		if ok {
+			res.Anchored++
+			continue
+		}
+		present, err := a.auditSeqInLog(ctx, r.Seq)
+		if err != nil {
+			return res, err
+		}
+		if present {
+			res.FirstSeq = r.Seq
+			res.Divergence = fmt.Sprintf("the log anchors row %d with another hash than %s (the row, or one before it, was rewritten and the chain recomputed)", r.Seq, r.Hash)
+			return res, nil
+		}
+		res.Unanchored++
+	}
+	next := int64(len(rows)) + 1
+	present, err := a.auditSeqInLog(ctx, next)
+	if err != nil {
+		return res, err
+	}
+	if present {
+		res.FirstSeq = next
+		res.Divergence = fmt.Sprintf("the log anchors a row %d but the chain ends at row %d (truncated)", next, len(rows))
+	}
+	return res, nil
+}
+
+// auditSeqInLog reports whether a log holds the marker that audit row seq
+// exists (probed now, not taken from the absent cache).
+func (a *Anchor) auditSeqInLog(ctx context.Context, seq int64) (bool, error) {
+	m, err := a.key.AuditSeqMarker(seq)
+	if err != nil {
+		return false, err
+	}
+	return a.markerPresent(ctx, m, false)
+}

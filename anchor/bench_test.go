@@ -1,0 +1,137 @@
+package anchor
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keysvc/keysvc/store"
+	"github.com/keysvc/keysvc/tlogclient"
+)
+
+// emptyLog is a log that has nothing (every marker absent).
+type emptyLog struct{ proofs int }
+
+func (l *emptyLog) URL() string { return "http://log.test" }
+func (l *emptyLog) AddBatch(context.Context, []tlogclient.Entry) (*tlogclient.Promise, error) {
+	return nil, fmt.Errorf("not for this test")
+}
+func (l *emptyLog) Proof(context.Context, [32]byte, uint64) ([]byte, error) {
+	l.proofs++
+	return nil, tlogclient.ErrNotFound
+}
+func (l *emptyLog) Archive(context.Context, uint64, int) ([]tlogclient.ArchivedTree, error) {
+	return nil, nil
+}
+
+// history is keys × versions retired versions and one active each.
+func history(keys, versions int) store.History {
+	h := store.History{Versions: map[string][]store.KeyVersion{}}
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for k := 0; k < keys; k++ {
+		name := fmt.Sprintf("key%02d", k)
+		h.Keys = append(h.Keys, store.Key{Name: name, Issuer: name + ".example", Algorithm: "EdDSA", Backend: "software", CreatedAt: at})
+		for v := 0; v < versions; v++ {
+			from, to := at.Add(time.Duration(v)*time.Hour), at.Add(time.Duration(v+1)*time.Hour)
+			ver := store.KeyVersion{KID: fmt.Sprintf("%s.example-2026-12-01-%02d", name, v+1), KeyName: name, Algorithm: "EdDSA",
+				PublicJWK: []byte(`{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}`),
+				State:     store.StateRetired, CreatedAt: from, ActivatedAt: &from, RetiredAt: &to}
+			if v == versions-1 {
+				ver.State, ver.RetiredAt = store.StateActive, nil
+			}
+			h.Versions[name] = append(h.Versions[name], ver)
+		}
+	}
+	return h
+}
+
+func newTestAnchor(t testing.TB, l tlogclient.Log) *Anchor {
+	t.Helper()
+	c := store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")}
+	if _, err := store.Migrate(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	k, err := GenerateKeyFile(filepath.Join(t.TempDir(), "k.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{Key: k, Logs: []tlogclient.Log{l}, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// learnAll marks every key and version fact of h as made here.
+func learnAll(t testing.TB, a *Anchor, h store.History) {
+	for _, k := range h.Keys {
+		f, err := a.key.KeyFact(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.learn(f)
+		for _, v := range h.Versions[k.Name] {
+			f, err := a.key.VersionFact(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.learn(f)
+		}
+	}
+}
+
+// TestCheckSteadyState: once history was checked, a reload of the same
+// history asks the log nothing and backs everything; a version whose
+// public key changed is not backed.
+func TestCheckSteadyState(t *testing.T) {
+	l := &emptyLog{}
+	a := newTestAnchor(t, l)
+	h := history(3, 4)
+	learnAll(t, a, h)
+	if v := a.Check(context.Background(), h); len(v.Versions)+len(v.Keys) != 0 {
+		t.Fatalf("first check: %+v", v)
+	}
+	first := l.proofs
+	// Per key: 3 retired versions × (revoked, destroyed), the active one ×
+	// (retired, revoked, destroyed), and version number 5.
+	if first != 3*(3*2+3+1) {
+		t.Fatalf("first check asked the log %d times, want 30", first)
+	}
+	if v := a.Check(context.Background(), h); len(v.Versions)+len(v.Keys) != 0 || l.proofs != first {
+		t.Fatalf("second check: %+v, %d more look-ups", v, l.proofs-first)
+	}
+	h.Keys[2].Issuer = "attacker.example"
+	v := a.Check(context.Background(), h)
+	if len(v.Keys) != 1 || !strings.Contains(v.Keys["key02"], "settings") || len(v.Versions) != 4 {
+		t.Fatalf("changed issuer: %+v", v)
+	}
+	h.Keys[2].Issuer = "key02.example"
+	h.Versions["key01"][0].PublicJWK = []byte(`{"kty":"OKP","crv":"Ed25519","x":"PUAXw-hDiVqStwqnTRt-vJyYLM8uxJaMwM1V8Sr0Zgw"}`)
+	v = a.Check(context.Background(), h)
+	if len(v.Versions) != 1 || v.Versions["key01.example-2026-12-01-01"] == "" || len(v.Keys) != 0 {
+		t.Fatalf("swapped key: %+v", v)
+	}
+}
+
+// BenchmarkCheck is what anchoring adds to a reload of known history
+// (10 keys × 10 versions): no log look-up, no signature.
+func BenchmarkCheck(b *testing.B) {
+	a := newTestAnchor(b, &emptyLog{})
+	h := history(10, 10)
+	learnAll(b, a, h)
+	a.Check(context.Background(), h)
+	b.ResetTimer()
+	for b.Loop() {
+		if v := a.Check(context.Background(), h); len(v.Versions) != 0 {
+			b.Fatal(v)
+		}
+	}
+}

@@ -1,0 +1,232 @@
+package anchor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keysvc/keysvc/rotation"
+	"github.com/keysvc/keysvc/store"
+)
+
+// Wrap returns s with every transaction anchored: the keys, versions and
+// audit rows a transaction writes are read back before it commits, their
+// facts and markers stored in anchor_events in the same transaction, and
+// submitted to the logs once it committed. Minting consults the log: a kid
+// the log records as minted is skipped (KIDsWithPrefix) and never inserted
+// again (InsertVersion: ErrKIDMinted). Reads pass through.
+func (a *Anchor) Wrap(s store.Store) store.Store { return &anchoredStore{Store: s, a: a} }
+
+type anchoredStore struct {
+	store.Store
+	a *Anchor
+}
+
+// AnchorEventsByHash and ListAnchorEvents pass through.
+func (s *anchoredStore) AnchorEventsByHash(ctx context.Context, hashes [][32]byte) (map[[32]byte]store.AnchorEvent, error) {
+	return s.a.as.AnchorEventsByHash(ctx, hashes)
+}
+
+func (s *anchoredStore) ListAnchorEvents(ctx context.Context) ([]store.AnchorEvent, error) {
+	return s.a.as.ListAnchorEvents(ctx)
+}
+
+// InTx implements store.Store.
+func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	var t *anchoredTx
+	err := s.Store.InTx(ctx, func(tx store.Tx) error {
+		t = &anchoredTx{Tx: tx, a: s.a, keys: map[string]bool{}, versions: map[string]bool{}, minted: map[string]bool{}}
+		if err := fn(t); err != nil {
+			return err
+		}
+		return t.finish(ctx)
+	})
+	if err != nil || t == nil || len(t.events) == 0 {
+		return err
+	}
+	s.a.learn(t.events...)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30e9)
+	defer cancel()
+	if err := s.a.submit(rctx, t.events); err != nil {
+		// Committed and stored: submitted again at the next start.
+		s.a.log.Error("key-history events committed but not recorded for the transparency log yet; they are submitted again at the next start",
+			"events", len(t.events), "err", err)
+	}
+	return nil
+}
+
+type anchoredTx struct {
+	store.Tx
+	a        *Anchor
+	keys     map[string]bool // written key names
+	versions map[string]bool // written kids
+	minted   map[string]bool // kids inserted
+	order    []string        // kids in write order
+	audits   []store.AuditEvent
+	events   []Event
+}
+
+func (t *anchoredTx) InsertKey(ctx context.Context, k store.Key) error {
+	t.keys[k.Name] = true
+	return t.Tx.InsertKey(ctx, k)
+}
+
+func (t *anchoredTx) UpdateKeyPolicy(ctx context.Context, name string, policy []byte) error {
+	t.keys[name] = true
+	return t.Tx.UpdateKeyPolicy(ctx, name, policy)
+}
+
+func (t *anchoredTx) UpdateKeyBackend(ctx context.Context, name, backend string) error {
+	t.keys[name] = true
+	return t.Tx.UpdateKeyBackend(ctx, name, backend)
+}
+
+func (t *anchoredTx) touch(kid string) {
+	if !t.versions[kid] {
+		t.versions[kid] = true
+		t.order = append(t.order, kid)
+	}
+}
+
+// InsertVersion refuses a kid the log records as minted (ErrKIDMinted, and
+// store.ErrConflict for callers that test for a duplicate kid).
+func (t *anchoredTx) InsertVersion(ctx context.Context, v store.KeyVersion) error {
+	m, err := t.a.key.KIDMarker(v.KID)
+	if err != nil {
+		return err
+	}
+	present, err := t.a.markerPresent(ctx, m, false)
+	if err != nil {
+		return fmt.Errorf("%w: kid %s was never minted: %w", rotation.ErrHistoryUnconfirmed, v.KID, err)
+	}
+	if present {
+		t.a.log.Error("refusing to mint a kid the transparency log records as minted already (key history lost the version: deleted, or restored from an older backup)", "kid", v.KID, "key", v.KeyName)
+		return fmt.Errorf("%w: %s (%w)", ErrKIDMinted, v.KID, rotation.ErrHistoryNotBacked)
+	}
+	t.minted[v.KID] = true
+	t.touch(v.KID)
+	return t.Tx.InsertVersion(ctx, v)
+}
+
+func (t *anchoredTx) UpdateVersion(ctx context.Context, v store.KeyVersion) error {
+	t.touch(v.KID)
+	return t.Tx.UpdateVersion(ctx, v)
+}
+
+func (t *anchoredTx) DestroyVersionMaterial(ctx context.Context, kid string, at time.Time) error {
+	t.touch(kid)
+	return t.Tx.DestroyVersionMaterial(ctx, kid, at)
+}
+
+func (t *anchoredTx) AppendAudit(ctx context.Context, ev store.AuditEvent) (store.AuditEvent, error) {
+	out, err := t.Tx.AppendAudit(ctx, ev)
+	if err == nil {
+		t.audits = append(t.audits, out)
+	}
+	return out, err
+}
+
+// KIDsWithPrefix adds the kids the log records as minted after the highest
+// one stored (NN+1, NN+2, … for "<issuer>-YYYY-MM-DD-"), so that the next
+// kid is one never minted.
+func (t *anchoredTx) KIDsWithPrefix(ctx context.Context, prefix string) ([]string, error) {
+	kids, err := t.Tx.KIDsWithPrefix(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	max := 0
+	for _, kid := range kids {
+		if n, err := strconv.Atoi(strings.TrimPrefix(kid, prefix)); err == nil && n > max {
+			max = n
+		}
+	}
+	for {
+		kid := fmt.Sprintf("%s%02d", prefix, max+1)
+		m, err := t.a.key.KIDMarker(kid)
+		if err != nil {
+			return nil, err
+		}
+		present, err := t.a.markerPresent(ctx, m, false)
+		if err != nil {
+			return nil, fmt.Errorf("%w: which kids were minted: %w", rotation.ErrHistoryUnconfirmed, err)
+		}
+		if !present {
+			return kids, nil
+		}
+		t.a.log.Warn("the transparency log records a kid that key history lacks; it is never minted again", "kid", kid)
+		kids = append(kids, kid)
+		max++
+	}
+}
+
+// finish reads back what the transaction wrote and stores its events.
+func (t *anchoredTx) finish(ctx context.Context) error {
+	var evs []Event
+	for name := range t.keys {
+		k, err := t.Tx.GetKey(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		ev, err := t.a.key.KeyFact(k)
+		if err != nil {
+			return err
+		}
+		evs = append(evs, ev)
+	}
+	for _, kid := range t.order {
+		v, err := t.Tx.GetVersion(ctx, kid)
+		if err != nil {
+			return err
+		}
+		n := 0
+		if t.minted[kid] {
+			vs, err := t.Tx.ListVersions(ctx, v.KeyName)
+			if err != nil {
+				return err
+			}
+			n = len(vs)
+			om, err := t.a.key.OrdinalMarker(v.KeyName, n)
+			if err != nil {
+				return err
+			}
+			present, err := t.a.markerPresent(ctx, om, false)
+			if err != nil {
+				return fmt.Errorf("%w: key %s never had a version %d: %w", rotation.ErrHistoryUnconfirmed, v.KeyName, n, err)
+			}
+			if present {
+				t.a.log.Error("refusing to mint: the transparency log records more versions of the key than key history holds (deleted, or restored from an older backup)", "key", v.KeyName, "version_number", n)
+				return fmt.Errorf("anchor: key %s: the transparency log records a version number %d that key history lacks: %w", v.KeyName, n, rotation.ErrHistoryNotBacked)
+			}
+		}
+		more, err := t.a.versionEvents(v, n, t.minted[kid])
+		if err != nil {
+			return err
+		}
+		evs = append(evs, more...)
+	}
+	for _, r := range t.audits {
+		more, err := t.a.auditEvents(r)
+		if err != nil {
+			return err
+		}
+		evs = append(evs, more...)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	w, ok := t.Tx.(store.AnchorWriter)
+	if !ok {
+		return errors.New("anchor: this key-history store cannot keep anchoring events")
+	}
+	if err := w.InsertAnchorEvents(ctx, toStore(evs, store.Now())); err != nil {
+		return err
+	}
+	t.events = evs
+	return nil
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark (issue 18): keysvc against the net/http floors and,
+# when BAO=/path/to/bao is set, OpenBao transit (dev mode, ed25519 key), all
+# driven by one wrk client with a Lua script per route, on 127.0.0.1 only.
+# Pairs are interleaved (keysvc, then its peer, for every route, level and
+# round); every run prints requests/s, p50/p99/p99.9 and the server's CPU
+# per request from /proc/PID/stat, and the end prints keysvc/peer ratios.
+#
+#   bench/sidebyside/run.sh                       # 5 s runs at 1, 16, 64 connections, 2 rounds
+#   DURATION=10s CONNS="1 4 16 64" ROUNDS=3 bench/sidebyside/run.sh
+#   BAO=/usr/local/bin/bao bench/sidebyside/run.sh
+#   TLOG=1 bench/sidebyside/run.sh                # keysvc with its embedded transparency log
+#   SMOKE=1 bench/sidebyside/run.sh               # 1 s, one connection, one round
+#
+# Needs wrk (Debian package wrk) and Go (to build keysvc, unless KEYSVC is
+# the path of a keysvc binary). Ports: PORT_BASE (29100) .. PORT_BASE+3.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+DURATION=${DURATION:-5s}
+CONNS=${CONNS:-1 16 64}
+ROUNDS=${ROUNDS:-2}
+PORT_BASE=${PORT_BASE:-29100}
+if [[ -n ${SMOKE:-} ]]; then DURATION=1s CONNS=1 ROUNDS=1; fi
+command -v wrk >/dev/null || { echo "run.sh: wrk is missing (apt-get install wrk)" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/sidebyside.XXXXXX)
+pids=()
+cleanup() {
+  exec 3>&- 4>&- 2>/dev/null || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+keysvc=${KEYSVC:-}
+if [[ -z $keysvc ]]; then
+  keysvc=$work/keysvc
+  (cd "$repo" && go build -o "$keysvc" ./cmd/keysvc)
+fi
+
+# Request bodies: one 258-byte RFC 8785 payload (already canonical, as a
+# careful client sends it), the same payload 100 times for the batches.
+data=$work/data && mkdir -p "$data"
+payload='{"check_in":"2026-09-02","check_out":"2026-09-05","currency":"SEK","guests":2,"nights":3,"offer_id":"offer:villaakerlyckan.se:2026-09-02/05","price":"3600.00","property":"villaakerlyckan.se","room":"sjostugan","terms":"https://villaakerlyckan.se/terms/2026"}'
+printf '%s' "$payload" > "$data/payload.json"
+printf '{"payload":%s}' "$payload" > "$data/keysvc-sign.json"
+b64=$(printf '%s' "$payload" | base64 -w0)
+printf '{"input":"%s"}' "$b64" > "$data/bao-sign.json"
+{ printf '{"items":['; for i in $(seq 100); do ((i > 1)) && printf ','; printf '{"payload":%s}' "$payload"; done; printf ']}'; } > "$data/keysvc-batch.json"
+{ printf '{"batch_input":['; for i in $(seq 100); do ((i > 1)) && printf ','; printf '{"input":"%s"}' "$b64"; done; printf ']}'; } > "$data/bao-batch.json"
+printf '{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02","checkOut":"2026-09-05","guests":2}}' > "$data/keysvc-mcp.json"
+
+wait_http() { # url
+  for _ in $(seq 100); do curl -fs -o /dev/null "$1" && return 0; sleep 0.1; done
+  echo "run.sh: $1 did not answer" >&2; return 1
+}
+
+# keysvc, signing path only unless TLOG=1.
+kport=$PORT_BASE
+tlog=false; [[ -n ${TLOG:-} ]] && tlog=true
+"$keysvc" serve --dev --data-dir "$work/keysvc-data" --listen "127.0.0.1:$kport" \
+  --rate-limit 0 --public-rate-limit 0 --tlog-embedded="$tlog" >"$work/keysvc.log" 2>&1 &
+kpid=$!; pids+=("$kpid")
+wait_http "http://127.0.0.1:$kport/healthz"
+export SBS_TOKEN; SBS_TOKEN=$(cat "$work/keysvc-data/dev-token")
+curl -fs -o "$data/jwks.json" "http://127.0.0.1:$kport/v1/keys/dev/jwks.json"
+# The JWS signing input keysvc signs for the payload (header.payload, RFC
+# 7515 §5.1): raw ed25519.Sign is measured over it before every level.
+jws=$(curl -fs -H "Authorization: Bearer $SBS_TOKEN" -H 'Content-Type: application/json' \
+  --data-binary @"$data/keysvc-sign.json" "http://127.0.0.1:$kport/v1/keys/dev/sign" | sed 's/.*"jws":"\([^"]*\)".*/\1/')
+printf '%s' "${jws%.*}" >"$data/signing-input.txt"
+export SBS_ETAG; SBS_ETAG=$(curl -fsI "http://127.0.0.1:$kport/v1/keys/dev/jwks.json" | tr -d '\r' | awk -F': ' 'tolower($1)=="etag"{print $2}')
+
+# The floors: keysvc bench-floor processes (net/http behind serve's settings).
+# Each serves until its standard input (a FIFO held open on fd 3 or 4) closes.
+start_floor() { # fd port args...; sets floor_pid
+  local fd=$1 port=$2; shift 2
+  mkfifo "$work/floor$port"
+  "$keysvc" bench-floor --listen "127.0.0.1:$port" "$@" <"$work/floor$port" >"$work/floor$port.out" 2>&1 &
+  floor_pid=$!; pids+=("$floor_pid")
+  eval "exec $fd>\"$work/floor$port\""
+}
+sport=$((PORT_BASE + 1)) jport=$((PORT_BASE + 2))
+start_floor 3 "$sport" --sign; spid=$floor_pid
+start_floor 4 "$jport" --body-file "$data/jwks.json"; jpid=$floor_pid
+wait_http "http://127.0.0.1:$jport/"
+curl -fs -o /dev/null -X POST -d '{}' "http://127.0.0.1:$sport/"
+fetag=$(curl -fsI "http://127.0.0.1:$jport/" | tr -d '\r' | awk -F': ' 'tolower($1)=="etag"{print $2}')
+
+bpid=""
+if [[ -n ${BAO:-} ]]; then
+  bport=$((PORT_BASE + 3))
+  "$BAO" server -dev -dev-root-token-id=root -dev-listen-address="127.0.0.1:$bport" >"$work/bao.log" 2>&1 &
+  bpid=$!; pids+=("$bpid")
+  wait_http "http://127.0.0.1:$bport/v1/sys/health"
+  curl -fs -H 'X-Vault-Token: root' -X POST -d '{"type":"transit"}' "http://127.0.0.1:$bport/v1/sys/mounts/transit"
+  curl -fs -H 'X-Vault-Token: root' -X POST -d '{"type":"ed25519"}' "http://127.0.0.1:$bport/v1/transit/keys/bench" >/dev/null
+fi
+
+tck=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, after the (comm) field
+rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$1/status"; }
+
+echo "# side by side, $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); payload $(wc -c <"$data/payload.json") bytes, JWS signing input $(wc -c <"$data/signing-input.txt") bytes; tlog $tlog"
+echo "# keysvc idle RSS $(rss_kib "$kpid") KiB"
+results=$work/results
+printf '%-18s %-14s %5s %10s %10s %8s %8s %9s %9s\n' route target conns req/s sig/s p50_us p99_us p99.9_us cpu_us/req
+# run ROUTE TARGET PID PORT SCRIPT SIGS_PER_REQ CONNS [ENV...]
+run() {
+  local route=$1 target=$2 pid=$3 port=$4 script=$5 per=$6 c=$7; shift 7
+  local t=$((c < 2 ? 1 : 2)) c0 c1 out
+  c0=$(cpu_ticks "$pid")
+  out=$(env "$@" SBS_DATA="$data" SBS_LUA="$here/lua" wrk -t"$t" -c"$c" -d"$DURATION" --timeout 10s \
+    -s "$here/lua/$script" "http://127.0.0.1:$port" | grep '^RESULT') || true
+  c1=$(cpu_ticks "$pid")
+  if [[ -z $out ]]; then echo "run.sh: wrk failed for $target $route at $c connections" >&2; return 1; fi
+  eval "local ${out#RESULT }"
+  if ((bad_status + socket_errors > 0)); then echo "run.sh: $target $route: $bad_status bad statuses, $socket_errors socket errors" >&2; fi
+  local cpu_us; cpu_us=$(awk -v d=$((c1 - c0)) -v t="$tck" -v n="$requests" 'BEGIN{printf "%.1f", n ? d*1e6/t/n : 0}')
+  local sigs; sigs=$(awk -v r="$rps" -v p="$per" 'BEGIN{printf "%.0f", r*p}')
+  printf '%-18s %-14s %5d %10.0f %10s %8d %8d %9d %9s\n' "$route" "$target" "$c" "$rps" "$sigs" "$p50_us" "$p99_us" "$p999_us" "$cpu_us"
+  echo "$route $target $c $rps $sigs $cpu_us $per" >>"$results"
+}
+
+for round in $(seq "$ROUNDS"); do
+  for c in $CONNS; do
+    raw=$("$keysvc" bench-floor --raw-ed25519 "$data/signing-input.txt" | awk '{print $2}')
+    printf '%-18s %-14s %5d %10s %10s %8s %8s %9s %9s\n' raw-ed25519 "1 goroutine" "$c" - - - - - "$raw"
+    echo "raw ed25519 $c 0 0 $raw 1" >>"$results"
+    run sign keysvc "$kpid" "$kport" keysvc-sign.lua 1 "$c"
+    run sign floor-net/http "$spid" "$sport" floor-sign.lua 1 "$c"
+    [[ -n $bpid ]] && run sign openbao "$bpid" "$bport" bao-sign.lua 1 "$c"
+    run batch100 keysvc "$kpid" "$kport" keysvc-batch.lua 100 "$c"
+    [[ -n $bpid ]] && run batch100 openbao "$bpid" "$bport" bao-batch.lua 100 "$c"
+    run mcp-transport keysvc "$kpid" "$kport" keysvc-mcp.lua 1 "$c"
+    run jwks keysvc "$kpid" "$kport" jwks.lua 0 "$c"
+    run jwks floor-net/http "$jpid" "$jport" jwks.lua 0 "$c"
+    run jwks304 keysvc "$kpid" "$kport" jwks304.lua 0 "$c"
+    run jwks304 floor-net/http "$jpid" "$jport" jwks304.lua 0 "$c" SBS_ETAG="$fetag"
+  done
+done
+echo "# keysvc RSS after the load $(rss_kib "$kpid") KiB"
+
+# Ratios: mean over rounds of the rate (signatures/s for batches) and of
+# the server CPU per signature (per request where nothing is signed).
+echo
+echo "# ratios (mean over $ROUNDS round(s)); cpu per signature in µs"
+awk '
+  { k = $1 SUBSEP $2 SUBSEP $3; rate[k] += ($7 > 0 ? $5 : $4); cpu[k] += ($7 > 0 ? $6 / $7 : $6); n[k]++; conns[$3] = 1 }
+  function r(a, b) { return (b > 0 ? sprintf("%.2f", a / b) : "-") }
+  function m(arr, k) { return n[k] ? arr[k] / n[k] : 0 }
+  function f(x) { return (x > 0 ? sprintf("%.1f", x) : "-") }
+  END {
+    for (c in conns) {
+      ks = m(rate, "sign" SUBSEP "keysvc" SUBSEP c); fl = m(rate, "sign" SUBSEP "floor-net/http" SUBSEP c)
+      ob = m(rate, "sign" SUBSEP "openbao" SUBSEP c)
+      kb = m(rate, "batch100" SUBSEP "keysvc" SUBSEP c); obb = m(rate, "batch100" SUBSEP "openbao" SUBSEP c)
+      mc = m(rate, "mcp-transport" SUBSEP "keysvc" SUBSEP c)
+      j = m(rate, "jwks" SUBSEP "keysvc" SUBSEP c); jf = m(rate, "jwks" SUBSEP "floor-net/http" SUBSEP c)
+      j3 = m(rate, "jwks304" SUBSEP "keysvc" SUBSEP c); j3f = m(rate, "jwks304" SUBSEP "floor-net/http" SUBSEP c)
+      printf "conns=%s sign/floor=%s sign/openbao=%s batch/openbao=%s mcp/sign=%s jwks/floor=%s jwks304/floor=%s jwks304/jwks=%s\n", c, r(ks, fl), r(ks, ob), r(kb, obb), r(mc, ks), r(j, jf), r(j3, j3f), r(j3, j)
+      raw = m(cpu, "raw" SUBSEP "ed25519" SUBSEP c); kbc = m(cpu, "batch100" SUBSEP "keysvc" SUBSEP c)
+      printf "conns=%s cpu_us: sign keysvc=%.1f floor=%.1f openbao=%s | batch per sig keysvc=%.1f (raw ed25519 %.1f, +%.1f) openbao=%s | jwks keysvc=%.1f 304=%.1f floor=%.1f\n", c,
+        m(cpu, "sign" SUBSEP "keysvc" SUBSEP c), m(cpu, "sign" SUBSEP "floor-net/http" SUBSEP c), f(m(cpu, "sign" SUBSEP "openbao" SUBSEP c)),
+        kbc, raw, kbc - raw, f(m(cpu, "batch100" SUBSEP "openbao" SUBSEP c)),
+        m(cpu, "jwks" SUBSEP "keysvc" SUBSEP c), m(cpu, "jwks304" SUBSEP "keysvc" SUBSEP c), m(cpu, "jwks" SUBSEP "floor-net/http" SUBSEP c)
+    }
+  }' "$results"

@@ -1,0 +1,467 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keysvc/keysvc/anchor"
+	"github.com/keysvc/keysvc/client"
+	"github.com/keysvc/keysvc/internal/pgtest"
+	"github.com/keysvc/keysvc/store"
+	"github.com/keysvc/keysvc/tlog/tlogtest"
+	"github.com/keysvc/keysvc/tlogclient"
+)
+
+// TestAnchorDatabaseWriterAttacks is issue 12's database-writer acceptance
+// (item 5, ADR 0016) against live `keysvc serve` processes anchoring key
+// history in a `keysvc tlog serve` log: someone with write access to the
+// key-history database swaps a retired version's public key, inserts a
+// version, un-revokes one, deletes the newest version, mints its kid again,
+// truncates and rewrites the audit chain (recomputing every hash). Each is
+// detected — /readyz unready naming the kid or key and an error log line,
+// or `keysvc audit verify` exit 1 naming the row — and no tampered version
+// is ever published (JWKS, key history) or signs; repairing the row makes
+// the replica ready again. Tessera's fsck passes on the log afterwards.
+func TestAnchorDatabaseWriterAttacks(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { anchorAttacks(t, "") })
+	t.Run("postgres", func(t *testing.T) { anchorAttacks(t, pgtest.URL(t)) })
+}
+
+// dbWriter is raw SQL on the live key-history database, as its writer could.
+type dbWriter struct {
+	st store.Store
+	pg bool
+}
+
+func (d dbWriter) exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	if d.pg {
+		for i := 1; strings.Contains(q, "?"); i++ {
+			q = strings.Replace(q, "?", fmt.Sprintf("$%d", i), 1)
+		}
+	}
+	if err := store.ExecRawForTest(context.Background(), d.st, q, args...); err != nil {
+		t.Fatalf("dbWriter %q: %v", q, err)
+	}
+}
+
+func (d dbWriter) ts(p *time.Time) any {
+	if p == nil {
+		return nil
+	}
+	if d.pg {
+		return p.UTC()
+	}
+	return p.UnixMicro()
+}
+
+// insertVersion writes v as a row, every column.
+func (d dbWriter) insertVersion(t *testing.T, v store.KeyVersion) {
+	t.Helper()
+	var sealed any
+	if v.SealedPrivateKey != nil {
+		sealed = v.SealedPrivateKey
+	}
+	d.exec(t, `INSERT INTO key_versions (kid, key_name, algorithm, backend_ref, sealed_private_key, public_jwk, state, created_at,
+		published_at, activates_at, activated_at, retired_at, revoked_at, compromised_at, revocation_reason, material_destroyed_at, activation_armed_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		v.KID, v.KeyName, v.Algorithm, v.BackendRef, sealed, string(v.PublicJWK), string(v.State), d.ts(&v.CreatedAt),
+		d.ts(v.PublishedAt), d.ts(v.ActivatesAt), d.ts(v.ActivatedAt), d.ts(v.RetiredAt), d.ts(v.RevokedAt), d.ts(v.CompromisedAt),
+		v.RevocationReason, d.ts(v.MaterialDestroyedAt), d.ts(v.ArmedAt))
+}
+
+func (d dbWriter) version(t *testing.T, kid string) store.KeyVersion {
+	t.Helper()
+	v, err := d.st.GetVersion(context.Background(), kid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// forgedJWK is an Ed25519 public JWK of another key (RFC 8037 A.2's x) under kid.
+func forgedJWK(kid string) []byte {
+	return []byte(`{"alg":"EdDSA","crv":"Ed25519","kid":"` + kid + `","kty":"OKP","use":"sig","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}`)
+}
+
+func waitReadyz(t *testing.T, srv *server, wantReady bool, contains string) string {
+	t.Helper()
+	var body string
+	waitFor(t, 20*time.Second, fmt.Sprintf("/readyz ready=%v containing %q", wantReady, contains), func() bool {
+		var code int
+		code, body = httpGet(t, srv.URL+"/readyz")
+		return (code == 200) == wantReady && strings.Contains(body, contains)
+	})
+	return body
+}
+
+// publishedAnywhere reports whether kid appears in the key's JWKS or key
+// history document.
+func publishedAnywhere(t *testing.T, c *client.Client, key, kid string) bool {
+	t.Helper()
+	ctx := context.Background()
+	h, err := c.History(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := c.JWKS(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(h), kid) || strings.Contains(string(j), kid)
+}
+
+func anchorAttacks(t *testing.T, pgURL string) {
+	ctx := context.Background()
+	logDir := t.TempDir()
+	logSrv := startTlogServer(t, logDir)
+	t.Cleanup(func() {
+		logSrv.stop(t)
+		tlogtest.Fsck(t, logDir, logSrv.VKey)
+	})
+	e := newLifecycleEnv(t, pgURL)
+	keyFile := filepath.Join(e.dir, "anchor-key.json")
+	if out, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", keyFile); code != 0 || !strings.Contains(out, `"kty":"OKP"`) || strings.Contains(out, `"d"`) {
+		t.Fatalf("anchor keygen: %d %s%s", code, out, errOut)
+	}
+	serve := func() *server {
+		return startServer(t, e.env, "--data-dir", e.dir, "--kek-file", e.kek, "--jwks-max-age", "0s",
+			"--scheduler-interval", "100ms", "--reload-interval", "300ms",
+			"--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "300ms")
+	}
+	srv := serve()
+	c := client.New(srv.URL, e.token)
+	evKey, err := anchor.LoadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// inLog waits until the log serves the marker ev in a published tree.
+	must := func(ev anchor.Event, err error) anchor.Event {
+		if err != nil {
+			panic(err) // a fixed payload always signs
+		}
+		return ev
+	}
+	inLog := func(t *testing.T, ev anchor.Event) {
+		t.Helper()
+		waitFor(t, 20*time.Second, "the log has "+ev.Kind+" "+ev.Subject, func() bool {
+			code, _ := proofFor(logSrv.URL, tlogclient.FormatHash(ev.Hash))
+			return code == 200
+		})
+	}
+	// restart replaces the replica by a fresh process: what it finds rests
+	// on key history and the log alone, nothing learned in memory.
+	restart := func(t *testing.T) {
+		t.Helper()
+		srv.stop(t)
+		srv = serve()
+		c = client.New(srv.URL, e.token)
+	}
+	st, err := store.Open(ctx, store.Config{PostgresURL: pgURL, SQLitePath: filepath.Join(e.dir, "keysvc.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	db := dbWriter{st: st, pg: pgURL != ""}
+	_, first, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villaakerlyckan.se"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1Active := db.version(t, first.KID) // as an older backup holds it
+	active, retired, err := c.Rotate(ctx, "villa", "second version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, v2 := retired.KID, active.KID
+	waitReadyz(t, srv, true, "ready")
+	if _, err := c.Sign(ctx, "villa", map[string]any{"n": 1}, ""); err != nil {
+		t.Fatal(err)
+	}
+	auditVerify := func() (string, int) {
+		out, errOut, code := runCLI(t, e.env, "audit", "verify", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", logSrv.URL)
+		return out + errOut, code
+	}
+	if out, code := auditVerify(); code != 0 || !strings.Contains(out, "audit chain anchored") {
+		t.Fatalf("audit verify before any attack: %d %s", code, out)
+	}
+	if out, errOut, code := runCLI(t, e.env, "anchor", "check", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", logSrv.URL); code != 0 ||
+		!strings.Contains(out, "key history backed by the transparency log: 1 keys, 2 versions") {
+		t.Fatalf("anchor check before any attack: %d %s%s", code, out, errOut)
+	}
+
+	t.Run("swapped public key", func(t *testing.T) {
+		orig := db.version(t, v1)
+		db.exec(t, `UPDATE key_versions SET public_jwk = ? WHERE kid = ?`, string(forgedJWK(v1)), v1)
+		body := waitReadyz(t, srv, false, v1)
+		if !strings.Contains(body, "public key, state or instants as stored are not backed") {
+			t.Fatalf("/readyz: %s", body)
+		}
+		if publishedAnywhere(t, c, "villa", v1) {
+			t.Fatalf("the swapped version %s is published", v1)
+		}
+		if !strings.Contains(srv.stderr.String(), `"kid":"`+v1+`"`) {
+			t.Fatalf("no log line names %s", v1)
+		}
+		db.exec(t, `UPDATE key_versions SET public_jwk = ? WHERE kid = ?`, string(orig.PublicJWK), v1)
+		waitReadyz(t, srv, true, "ready")
+		if !publishedAnywhere(t, c, "villa", v1) {
+			t.Fatalf("the repaired version %s is not published", v1)
+		}
+	})
+
+	t.Run("inserted version", func(t *testing.T) {
+		ins := db.version(t, v1)
+		ins.KID = "villaakerlyckan.se-2026-01-02-01"
+		ins.PublicJWK = forgedJWK(ins.KID)
+		ins.SealedPrivateKey = nil
+		ins.BackendRef = "software:kid=" + ins.KID
+		db.insertVersion(t, ins)
+		waitReadyz(t, srv, false, ins.KID)
+		if publishedAnywhere(t, c, "villa", ins.KID) {
+			t.Fatalf("the inserted version %s is published", ins.KID)
+		}
+		db.exec(t, `DELETE FROM key_versions WHERE kid = ?`, ins.KID)
+		waitReadyz(t, srv, true, "ready")
+	})
+
+	t.Run("changed key settings", func(t *testing.T) {
+		db.exec(t, `UPDATE keys SET issuer = 'attacker.example' WHERE name = 'villa'`)
+		body := waitReadyz(t, srv, false, "key villa: its settings")
+		if publishedAnywhere(t, c, "villa", v2) {
+			t.Fatalf("a key with forged settings is published: %s", body)
+		}
+		db.exec(t, `UPDATE keys SET issuer = 'villaakerlyckan.se' WHERE name = 'villa'`)
+		waitReadyz(t, srv, true, "ready")
+	})
+
+	t.Run("un-revoked version", func(t *testing.T) {
+		time.Sleep(1100 * time.Millisecond)
+		if _, _, err := c.Revoke(ctx, v1, time.Now().UTC().Add(-time.Second).Format(time.RFC3339Nano), "anchor test: compromised"); err != nil {
+			t.Fatal(err)
+		}
+		waitReadyz(t, srv, true, "ready")
+		inLog(t, must(evKey.StateMarker(v1, "revoked")))
+		orig := db.version(t, v1)
+		db.exec(t, `UPDATE key_versions SET state = 'retired', revoked_at = NULL, compromised_at = NULL, revocation_reason = '' WHERE kid = ?`, v1)
+		out, errOut, code := runCLI(t, e.env, "anchor", "check", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", logSrv.URL)
+		if code != 1 || !strings.Contains(out, "NOT BACKED: version "+v1+": the transparency log records state revoked") {
+			t.Fatalf("anchor check after the un-revoke: %d %s%s", code, out, errOut)
+		}
+		for _, fresh := range []bool{false, true} {
+			if fresh {
+				restart(t)
+			}
+			body := waitReadyz(t, srv, false, v1)
+			if !strings.Contains(body, "records state revoked") {
+				t.Fatalf("/readyz (fresh process %v): %s", fresh, body)
+			}
+			if publishedAnywhere(t, c, "villa", v1) {
+				t.Fatalf("the un-revoked version %s is published (fresh process %v)", v1, fresh)
+			}
+		}
+		db.exec(t, `UPDATE key_versions SET state = 'revoked', revoked_at = ?, compromised_at = ?, revocation_reason = ? WHERE kid = ?`,
+			db.ts(orig.RevokedAt), db.ts(orig.CompromisedAt), orig.RevocationReason, v1)
+		waitReadyz(t, srv, true, "ready")
+	})
+
+	t.Run("deleted and re-minted version", func(t *testing.T) {
+		orig1, orig2 := db.version(t, v1), db.version(t, v2)
+		inLog(t, must(evKey.OrdinalMarker("villa", 2)))
+		inLog(t, must(evKey.KIDMarker(v2)))
+		db.exec(t, `DELETE FROM key_versions WHERE kid = ?`, v2)
+		var body string
+		for _, fresh := range []bool{false, true} {
+			if fresh {
+				restart(t)
+			}
+			body = waitReadyz(t, srv, false, "key villa")
+			if !strings.Contains(body, "records a version number 2, but key history holds 1 versions") {
+				t.Fatalf("/readyz (fresh process %v): %s", fresh, body)
+			}
+		}
+		// The database writer mints v2 again with a key of their own.
+		forged := orig2
+		forged.PublicJWK = forgedJWK(v2)
+		db.insertVersion(t, forged)
+		waitReadyz(t, srv, false, "version "+v2)
+		if publishedAnywhere(t, c, "villa", v2) {
+			t.Fatalf("the re-minted version %s is published", v2)
+		}
+		var ce *client.Error
+		if _, err := c.Sign(ctx, "villa", map[string]any{"n": 2}, ""); !errors.As(err, &ce) || ce.Status != 409 || ce.Code != "key_history_not_backed" {
+			t.Fatalf("sign with the re-minted version: %v", err)
+		}
+		// Key history as an older backup holds it (v1 active, no v2): v1 is
+		// rolled back, and the node mints no kid while the log knows more.
+		db.exec(t, `DELETE FROM key_versions WHERE kid IN (?, ?)`, v1, v2)
+		db.insertVersion(t, v1Active)
+		body = waitReadyz(t, srv, false, "version "+v1)
+		if !strings.Contains(body, "rolled back") {
+			t.Fatalf("/readyz: %s", body)
+		}
+		if _, _, err := c.Rotate(ctx, "villa", "after the restore"); !errors.As(err, &ce) || ce.Status != 409 || ce.Code != "key_history_not_backed" {
+			t.Fatalf("rotate after the restore: %v", err)
+		}
+		if vs, err := st.ListVersions(ctx, "villa"); err != nil || len(vs) != 1 || vs[0].KID != v1 {
+			t.Fatalf("versions after the refused rotation: %v %v", vs, err)
+		}
+		db.exec(t, `DELETE FROM key_versions WHERE kid = ?`, v1)
+		db.insertVersion(t, orig1)
+		db.insertVersion(t, orig2)
+		waitReadyz(t, srv, true, "ready")
+		if _, err := c.Sign(ctx, "villa", map[string]any{"n": 3}, ""); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	srv.stop(t)
+	rows, err := st.ListAudit(ctx, 0, 0)
+	if err != nil || len(rows) < 6 {
+		t.Fatalf("audit rows: %d %v", len(rows), err)
+	}
+	if out, code := auditVerify(); code != 0 || !strings.Contains(out, fmt.Sprintf("%d of %d rows anchored", len(rows), len(rows))) {
+		t.Fatalf("audit verify before tampering: %d %s", code, out)
+	}
+	if db.pg {
+		db.exec(t, `ALTER TABLE audit_events DISABLE TRIGGER USER`)
+	} else {
+		db.exec(t, `DROP TRIGGER audit_events_no_update`)
+		db.exec(t, `DROP TRIGGER audit_events_no_delete`)
+	}
+
+	t.Run("truncated audit chain", func(t *testing.T) {
+		n := int64(len(rows))
+		db.exec(t, `DELETE FROM audit_events WHERE seq >= ?`, n-1)
+		if out, _, code := runCLI(t, e.env, "audit", "verify", "--data-dir", e.dir); code != 0 {
+			t.Fatalf("the chain alone should look intact after truncation: %d %s", code, out)
+		}
+		out, code := auditVerify()
+		if code != 1 || !strings.Contains(out, fmt.Sprintf("DIVERGES from the transparency log at row %d", n-1)) || !strings.Contains(out, "truncated") {
+			t.Fatalf("audit verify after truncation: %d %s", code, out)
+		}
+	})
+
+	t.Run("rewritten audit chain", func(t *testing.T) {
+		kept, err := st.ListAudit(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := kept[1].PrevHash
+		for i := 1; i < len(kept); i++ {
+			r := kept[i]
+			if i == 1 {
+				r.Reason = "nothing happened here"
+			}
+			r.PrevHash = prev
+			h, err := store.AuditHash(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db.exec(t, `UPDATE audit_events SET reason = ?, prev_hash = ?, hash = ? WHERE seq = ?`, r.Reason, r.PrevHash, h, r.Seq)
+			prev = h
+		}
+		if out, _, code := runCLI(t, e.env, "audit", "verify", "--data-dir", e.dir); code != 0 {
+			t.Fatalf("the recomputed chain alone should look intact: %d %s", code, out)
+		}
+		out, code := auditVerify()
+		if code != 1 || !strings.Contains(out, "DIVERGES from the transparency log at row 2") {
+			t.Fatalf("audit verify after the rewrite: %d %s", code, out)
+		}
+	})
+}
+
+// TestAnchorReplicasRotate: two replicas on one PostgreSQL key history,
+// anchored in a log, rotate a key every 3 s under signing load: anchoring
+// adds no gap at the switches (a new version's facts are committed with
+// it, so every replica finds them backed at once), every signature
+// verifies against the published history, both replicas stay ready, and
+// fsck passes on the log.
+func TestAnchorReplicasRotate(t *testing.T) {
+	logDir := t.TempDir()
+	logSrv := startTlogServer(t, logDir)
+	t.Cleanup(func() {
+		logSrv.stop(t)
+		tlogtest.Fsck(t, logDir, logSrv.VKey)
+	})
+	keyFile := filepath.Join(t.TempDir(), "anchor-key.json")
+	if _, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", keyFile); code != 0 {
+		t.Fatalf("anchor keygen: %s", errOut)
+	}
+	rs := newReplicaSet(t, pgtest.URL(t), 2, "--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "500ms")
+	rs.createKey("anch", "--rotation-period", "3s", "--prepublish", "1500ms")
+	sg := rs.startSigners(40*time.Millisecond, 0)
+	time.Sleep(12 * time.Second)
+	rep := assertWindows(t, rs, sg.halt())
+	if rep.Refused != 0 {
+		t.Errorf("%d signing requests refused %v: anchoring must leave no gap at a rotation", rep.Refused, rep.RefusedByCode)
+	}
+	if rep.Retired < 2 {
+		t.Errorf("%d rotations completed, want at least 2", rep.Retired)
+	}
+	for i := range rs.srvs {
+		if code, body := httpGetQuiet(rs.url(i) + "/readyz"); code != 200 {
+			t.Errorf("replica %d: /readyz %d %s", i, code, body)
+		}
+		if s := rs.srvs[i].stderr.String(); strings.Contains(s, "not backed") {
+			t.Errorf("replica %d logged key history not backed:\n%s", i, s)
+		}
+	}
+}
+
+// TestAnchorLogOutage: with the log stopped, an anchored replica keeps
+// signing and stays ready (what it checked stays checked; no log round
+// trip on the signing path or in its reloads), a rotation — which must
+// mint a kid the log has never seen — is refused with 503 tlog_unavailable
+// and changes nothing, and once the log is back the rotation succeeds.
+func TestAnchorLogOutage(t *testing.T) {
+	ctx := context.Background()
+	logDir := t.TempDir()
+	const logAddr = "127.0.0.1:27031"
+	logSrv := startTlogServer(t, logDir, "--listen", logAddr)
+	t.Cleanup(func() {
+		logSrv.stop(t)
+		tlogtest.Fsck(t, logDir, logSrv.VKey)
+	})
+	e := newLifecycleEnv(t, "")
+	keyFile := filepath.Join(e.dir, "anchor-key.json")
+	srv := startServer(t, e.env, "--data-dir", e.dir, "--kek-file", e.kek, "--jwks-max-age", "0s",
+		"--scheduler-interval", "100ms", "--reload-interval", "300ms", "--dev",
+		"--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "300ms")
+	c := client.New(srv.URL, e.token)
+	if _, _, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villaakerlyckan.se"}); err != nil {
+		t.Fatal(err)
+	}
+	waitReadyz(t, srv, true, "ready")
+	logSrv.stop(t)
+	deadline := time.Now().Add(3 * time.Second) // ten reloads and background checks
+	for n := 0; time.Now().Before(deadline); n++ {
+		if _, err := c.Sign(ctx, "villa", map[string]any{"n": n}, ""); err != nil {
+			t.Fatalf("sign %d with the log down: %v", n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, body := httpGet(t, srv.URL+"/readyz"); code != 200 {
+		t.Fatalf("/readyz with the log down: %d %s", code, body)
+	}
+	var ce *client.Error
+	if _, _, err := c.Rotate(ctx, "villa", "during the outage"); !errors.As(err, &ce) || ce.Status != 503 || ce.Code != "tlog_unavailable" {
+		t.Fatalf("rotate with the log down: %v", err)
+	}
+	if vs, err := c.Versions(ctx, "villa"); err != nil || len(vs) != 1 {
+		t.Fatalf("versions after the refused rotation: %v %v", vs, err)
+	}
+	logSrv = startTlogServer(t, logDir, "--listen", logAddr)
+	waitFor(t, 20*time.Second, "a rotation once the log is back", func() bool {
+		_, _, err := c.Rotate(ctx, "villa", "after the outage")
+		return err == nil
+	})
+	waitReadyz(t, srv, true, "ready")
+	if _, err := c.Sign(ctx, "villa", map[string]any{"after": true}, ""); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,417 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/keysvc/keysvc/api"
+	"github.com/keysvc/keysvc/backends"
+	"github.com/keysvc/keysvc/backends/software"
+	"github.com/keysvc/keysvc/store"
+	"github.com/keysvc/keysvc/tlog"
+	"github.com/keysvc/keysvc/tlog/tlogfmt"
+	"github.com/keysvc/keysvc/tlogclient"
+	"github.com/keysvc/keysvc/verifier"
+)
+
+// tlogFlags configure serve's transparency-log client (issue 12, ADR 0015).
+type tlogFlags struct {
+	urls           []string
+	logKeys        string
+	tokenFile      string
+	maxBacklog     int64
+	maxBacklogAge  time.Duration
+	lease          time.Duration
+	committers     int
+	outboxSync     string
+	durability     string // "spool" or "outbox"
+	spoolSync      string
+	embedded       string // "auto", "true" or "false"
+	embeddedListen string
+}
+
+func (f *tlogFlags) register(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&f.urls, "tlog-url", nil, "transparency log every issued JWS is submitted to: the operator's base URL (repeatable or comma-separated; env KEYSVC_TLOG_URL). Every replica must list the same URLs")
+	fs.StringVar(&f.tokenFile, "tlog-token-file", "", "file of bearer tokens for logs that authenticate submitters: a line TOKEN (every log) or URL TOKEN (that log); mode 0600 (env KEYSVC_TLOG_TOKEN_FILE)")
+	fs.StringVar(&f.logKeys, "tlog-log-keys", "", "JWK Set file of the logs' keys: Signed Entry Promises must verify with one of them (default: each log's own jwks.json)")
+	fs.Int64Var(&f.maxBacklog, "tlog-max-backlog", 1_000_000, "/readyz turns unready when a log has more leaves waiting in the outbox")
+	fs.DurationVar(&f.maxBacklogAge, "tlog-max-backlog-age", 10*time.Minute, "/readyz turns unready when a leaf has waited longer for a log")
+	fs.DurationVar(&f.lease, "tlog-lease", 30*time.Second, "how long an outbox row belongs to the replica that wrote it before another replica may submit it (the delay before a killed replica's leaves are taken over)")
+	fs.StringVar(&f.outboxSync, "tlog-outbox-sync", "normal", "SQLite only: how an outbox group commit reaches the disk before the signature is answered: normal (written to the WAL: survives kill -9 of keysvc, not a power loss) or full (fsynced: survives a power loss; about 4× the wait). PostgreSQL commits follow its synchronous_commit")
+	fs.StringVar(&f.durability, "tlog-durability", "spool", "where a leaf is made durable before its JWS is answered: spool (an append-only file of this replica, <data-dir>/tlog-spool: no database write on the signing path; a replica that never comes back is handed over with `keysvc tlog drain`) or outbox (a key-history table shared by the replicas: for replicas without a durable local disk; ADR 0024)")
+	fs.StringVar(&f.spoolSync, "tlog-spool-sync", tlogclient.SpoolSyncWrite, "with --tlog-durability spool: write (records copied into a shared memory mapping of the spool segment, in the page cache when the request is answered: survives kill -9 of keysvc, not a power loss) or fdatasync (write(2) and fdatasync(2) per group of concurrent requests: survives a power loss)")
+	fs.IntVar(&f.committers, "tlog-committers", 0, "group commits of the outbox in flight at once (default 1 on SQLite, 4 on PostgreSQL)")
+	fs.StringVar(&f.embedded, "tlog-embedded", "auto", "run a transparency log in this process (Tessera, POSIX, <data-dir>/tlog): true, false, or auto (with --dev when no --tlog-url is given)")
+	fs.StringVar(&f.embeddedListen, "tlog-embedded-listen", "127.0.0.1:0", "listener of the embedded log's endpoints (the log's own surface: verifiers fetch its keys and tree heads there)")
+}
+
+// validate checks the flags alone.
+func (f *tlogFlags) validate() error {
+	switch f.embedded {
+	case "auto", "true", "false":
+	default:
+		return fmt.Errorf("--tlog-embedded %q: want true, false or auto", f.embedded)
+	}
+	if f.durability != "spool" && f.durability != "outbox" {
+		return fmt.Errorf("--tlog-durability %q: want spool or outbox", f.durability)
+	}
+	if f.spoolSync != tlogclient.SpoolSyncWrite && f.spoolSync != tlogclient.SpoolSyncFdatasync {
+		return fmt.Errorf("--tlog-spool-sync %q: want write or fdatasync", f.spoolSync)
+	}
+	if f.outboxSync != "normal" && f.outboxSync != "full" {
+		return fmt.Errorf("--tlog-outbox-sync %q: want normal or full", f.outboxSync)
+	}
+	for _, u := range f.urls {
+		if _, err := tlogclient.NormalizeURL(u); err != nil {
+			return fmt.Errorf("--tlog-url: %w", err)
+		}
+	}
+	if f.maxBacklog <= 0 || f.maxBacklogAge <= 0 || f.lease < time.Second || f.committers < 0 {
+		return errors.New("--tlog-max-backlog and --tlog-max-backlog-age must be positive, --tlog-lease at least 1s, --tlog-committers not negative")
+	}
+	return nil
+}
+
+// tlogRuntime is the running client and, when embedded, the log.
+type tlogRuntime struct {
+	client *tlogclient.Client
+	logs   []tlogclient.Log // the configured logs (key-history anchoring reads them)
+	// logKeys are the pinned log keys (--tlog-log-keys); nil: each log's own.
+	logKeys *verifier.JWKS
+	spool   *tlogclient.Spool
+	cancel  context.CancelFunc
+	done    chan struct{}
+
+	op          *tlog.Operator
+	opBackend   backends.Backend
+	opServer    *http.Server
+	EmbeddedURL string // the embedded log's base URL, "" when none
+	log         *slog.Logger
+}
+
+// start starts the client (nil runtime when no log is configured): the
+// embedded log first when asked for, then the client over every log.
+func (f *tlogFlags) start(ctx context.Context, st store.Store, log *slog.Logger, dataDir, kekFile string, dev bool) (*tlogRuntime, error) {
+	embedded := f.embedded == "true" || f.embedded == "auto" && dev && len(f.urls) == 0
+	if !embedded && len(f.urls) == 0 {
+		return nil, nil
+	}
+	// With the spool, the outbox is only read for rows left in it (moved
+	// into the spool); with the outbox, it is the durable record.
+	ob, ok := st.(store.Outbox)
+	if !ok && f.durability == "outbox" {
+		return nil, errors.New("transparency log: this key-history store has no outbox")
+	}
+	if ok {
+		if err := ob.ConfigureOutbox(store.OutboxOptions{SQLiteSynchronous: f.outboxSync}); err != nil {
+			return nil, err
+		}
+	}
+	rt := &tlogRuntime{log: log}
+	urls := append([]string(nil), f.urls...)
+	if embedded {
+		u, err := rt.startEmbedded(ctx, log, filepath.Join(dataDir, "tlog"), kekFile, dev, f.embeddedListen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded transparency log: %w", err)
+		}
+		urls = append(urls, u)
+	}
+	hls, logKeys, err := httpLogs(urls, f.logKeys, f.tokenFile)
+	rt.logKeys = logKeys
+	if err != nil {
+		rt.stop()
+		return nil, err
+	}
+	var logs []tlogclient.Log
+	for _, l := range hls {
+		if rt.op != nil && l.URL() == rt.EmbeddedURL {
+			logs = append(logs, embeddedLog{HTTPLog: l, op: rt.op})
+			continue
+		}
+		logs = append(logs, l)
+	}
+	committers := f.committers
+	if committers == 0 {
+		committers = 1
+		if st.Kind() == "postgres" {
+			committers = 4
+		}
+	}
+	if f.durability == "spool" {
+		sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: filepath.Join(dataDir, spoolDirName), Sync: f.spoolSync, Logger: log})
+		if err != nil {
+			rt.stop()
+			return nil, err
+		}
+		rt.spool = sp
+	}
+	c, err := tlogclient.New(tlogclient.Config{
+		Outbox: ob, Spool: rt.spool, Logs: logs, Logger: log, Committers: committers, Lease: f.lease,
+		ClaimAllAtStart: st.Kind() == "sqlite", MaxBacklogRows: f.maxBacklog, MaxBacklogAge: f.maxBacklogAge,
+	})
+	if err != nil {
+		rt.stop()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	rt.client, rt.cancel, rt.done, rt.logs = c, cancel, make(chan struct{}), logs
+	go func() { defer close(rt.done); c.Run(runCtx) }()
+	if rt.spool != nil {
+		log.Info("transparency log client running", "logs", c.LogURLs(), "durability", "spool", "spool", rt.spool.Dir(), "spool_sync", f.spoolSync)
+		return rt, nil
+	}
+	warnLeftSpool(log, filepath.Join(dataDir, spoolDirName), logs)
+	sync := f.outboxSync
+	if st.Kind() == "postgres" {
+		sync = "postgresql synchronous_commit"
+	}
+	log.Info("transparency log client running", "logs", c.LogURLs(), "durability", "outbox", "committers", committers, "lease", f.lease.String(), "outbox_sync", sync)
+	return rt, nil
+}
+
+// startEmbedded runs a log operator in process with its own listener; in
+// dev mode it creates its software log key (sealed under the node's KEK)
+// when missing.
+func (rt *tlogRuntime) startEmbedded(ctx context.Context, log *slog.Logger, dir, kekFile string, dev bool, listen string) (string, error) {
+	kf := &tlogKeyFlags{dataDir: dir, kekFile: kekFile}
+	if err := ensureDir(dir); err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(dir, logKeyFile)); errors.Is(err, os.ErrNotExist) {
+		if !dev {
+			return "", fmt.Errorf("no log key in %s: create it with `keysvc tlog keygen --data-dir %s --origin ORIGIN`", dir, dir)
+		}
+		kf.origin = "localhost/vrp-log"
+		if _, err := kf.createLogKey(ctx, software.Kind, "tlog-dev", log); err != nil {
+			return "", err
+		}
+		log.Warn("dev mode: created a software log key for the embedded transparency log", "dir", dir)
+	}
+	rec, s, b, err := kf.loadLogKey(ctx, log)
+	if err != nil {
+		return "", err
+	}
+	op, err := tlog.New(ctx, tlog.Config{Dir: dir, Origin: rec.Origin, Signer: s, Logger: log})
+	if err != nil {
+		b.Close()
+		return "", err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		op.Close(context.Background()) //nolint:errcheck // failing anyway
+		b.Close()
+		return "", err
+	}
+	srv := newHTTPServer(op.Handler())
+	srv.WriteTimeout = 60 * time.Second // an add-batch waits for sequencing
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("embedded transparency log listener failed", "err", err)
+		}
+	}()
+	rt.op, rt.opBackend, rt.opServer = op, b, srv
+	rt.EmbeddedURL = "http://" + ln.Addr().String()
+	// "url", not "addr": tools read the first "addr" as serve's own listener.
+	log.Info("embedded transparency log listening", "url", rt.EmbeddedURL, "log_id", rec.Origin, "vkey", op.VKey())
+	return rt.EmbeddedURL, nil
+}
+
+// api returns the client for api.Config (nil: no transparency log).
+func (rt *tlogRuntime) api() api.TransparencyLog {
+	if rt == nil || rt.client == nil {
+		return nil
+	}
+	return rt.client
+}
+
+// stop stops the client (undelivered rows stay in the outbox), then the
+// embedded log (which publishes a checkpoint over what it sequenced).
+func (rt *tlogRuntime) stop() {
+	if rt == nil {
+		return
+	}
+	if rt.cancel != nil {
+		rt.cancel()
+		<-rt.done
+	}
+	if rt.spool != nil {
+		if err := rt.spool.Close(); err != nil {
+			rt.log.Error("transparency log spool close", "err", err)
+		}
+	}
+	if rt.op != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		rt.opServer.Shutdown(ctx) //nolint:errcheck // closing anyway
+		if err := rt.op.Close(ctx); err != nil {
+			rt.log.Error("embedded transparency log shutdown", "err", err)
+		}
+		rt.opBackend.Close()
+	}
+}
+
+// embeddedLog is the in-process log as the client sees it: submissions go
+// through the operator's Go API (tlog.Operator.Add: no HTTP, no JSON, no
+// promise to verify), reads (proof, archive) through its own listener,
+// which verifiers use too.
+type embeddedLog struct {
+	*tlogclient.HTTPLog
+	op *tlog.Operator
+}
+
+// AddBatch implements tlogclient.Log with Operator.Add, which returns once
+// every entry is sequenced and integrated.
+func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (*tlogclient.Promise, error) {
+	subs := make([]tlogfmt.Submission, len(entries))
+	for i, e := range entries {
+		subs[i] = tlogfmt.Submission{ArtifactType: e.ArtifactType, ArtifactHash: tlogclient.FormatHash(e.ArtifactHash)}
+	}
+	jws, sep, err := l.op.Add(ctx, subs)
+	if err != nil {
+		return nil, err
+	}
+	if len(sep.Entries) != len(entries) {
+		return nil, fmt.Errorf("%w: %d entries promised for %d submitted", tlogclient.ErrBadPromise, len(sep.Entries), len(entries))
+	}
+	p := &tlogclient.Promise{JWS: jws, KID: l.op.Key().KID, LogID: sep.LogID, Timestamp: sep.Timestamp,
+		MMD: time.Duration(sep.MMDSeconds) * time.Second, Entries: make([]tlogclient.PromisedEntry, len(entries))}
+	for i, e := range sep.Entries {
+		if e.ArtifactHash != subs[i].ArtifactHash {
+			return nil, fmt.Errorf("%w: entry %d is not the one submitted", tlogclient.ErrBadPromise, i)
+		}
+		idx := int64(-1)
+		if e.LeafIndex != nil {
+			idx = int64(*e.LeafIndex)
+		}
+		at, _ := tlogfmt.ParseInstant(e.LoggedAt)
+		p.Entries[i] = tlogclient.PromisedEntry{Entry: entries[i], LoggedAt: at, LeafIndex: idx}
+	}
+	return p, nil
+}
+
+// httpLogs makes the client's view of each log URL: Signed Entry Promises
+// checked against the keys of logKeysFile (a JWK Set; default each log's
+// own jwks.json), submit tokens from tokenFile (--tlog-token-file).
+func httpLogs(urls []string, logKeysFile, tokenFile string) ([]*tlogclient.HTTPLog, *verifier.JWKS, error) {
+	var opts []tlogclient.HTTPLogOption
+	var keys *verifier.JWKS
+	if logKeysFile != "" {
+		b, err := os.ReadFile(logKeysFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--tlog-log-keys: %w", err)
+		}
+		keys, err = verifier.ParseJWKS(b)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--tlog-log-keys %s: %w", logKeysFile, err)
+		}
+		opts = append(opts, tlogclient.WithLogKeys(keys))
+	}
+	tokens, err := readTlogTokens(tokenFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []*tlogclient.HTTPLog
+	for _, u := range urls {
+		o := opts
+		if tok := tokens.forURL(u); tok != "" {
+			o = append(append([]tlogclient.HTTPLogOption(nil), opts...), tlogclient.WithSubmitToken(tok))
+		}
+		l, err := tlogclient.NewHTTPLog(u, o...)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, l)
+	}
+	return out, keys, nil
+}
+
+// warnLeftSpool warns when a replica on the outbox has a spool that still
+// owes leaves (it ran with --tlog-durability spool before): the outbox
+// mode does not read it; `keysvc tlog drain` delivers it, also while serve
+// runs.
+func warnLeftSpool(log *slog.Logger, dir string, logs []tlogclient.Log) {
+	if _, err := os.Stat(dir); err != nil {
+		return
+	}
+	sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: dir, Logger: log})
+	if err != nil {
+		log.Warn("transparency log: a spool from an earlier run is here and could not be checked", "spool", dir, "err", err)
+		return
+	}
+	defer sp.Close()
+	c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: logs, Logger: log})
+	if err != nil {
+		return
+	}
+	if b, _, _ := c.Backlog(); len(b) > 0 {
+		log.Warn("transparency log: the spool of an earlier run (--tlog-durability spool) still owes leaves, and the outbox mode does not read it: run `keysvc tlog drain --spool DIR --tlog-url …`",
+			"spool", dir, "backlog", fmt.Sprint(b))
+	}
+}
+
+// spoolDirName is the spool's directory under --data-dir.
+const spoolDirName = "tlog-spool"
+
+// tlogTokens are the submit tokens of --tlog-token-file.
+type tlogTokens struct {
+	all   string
+	byURL map[string]string
+}
+
+func (t tlogTokens) forURL(u string) string {
+	if tok, ok := t.byURL[u]; ok {
+		return tok
+	}
+	return t.all
+}
+
+// readTlogTokens reads --tlog-token-file: lines "TOKEN" (for every log) or
+// "URL TOKEN"; blank lines and # comments are skipped. The file must not be
+// readable by others (like the KEK file).
+func readTlogTokens(path string) (tlogTokens, error) {
+	t := tlogTokens{byURL: map[string]string{}}
+	if path == "" {
+		return t, nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return t, fmt.Errorf("--tlog-token-file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return t, fmt.Errorf("--tlog-token-file %s: mode %v, want 0600 or stricter", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return t, fmt.Errorf("--tlog-token-file: %w", err)
+	}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		switch len(f) {
+		case 1:
+			t.all = f[0]
+		case 2:
+			u, err := tlogclient.NormalizeURL(f[0])
+			if err != nil {
+				return t, fmt.Errorf("--tlog-token-file %s line %d: %w", path, i+1, err)
+			}
+			t.byURL[u] = f[1]
+		default:
+			return t, fmt.Errorf("--tlog-token-file %s line %d: want TOKEN or URL TOKEN", path, i+1)
+		}
+	}
+	return t, nil
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keysvc/keysvc/tlog/tlogtest"
+	"github.com/keysvc/keysvc/tlogclient"
+)
+
+// TestTlogDrain: `keysvc tlog drain` hands a stopped replica's spool to the
+// log: every leaf in it reaches the log, a second drain owes nothing, and
+// a spool still held by a running process is refused.
+func TestTlogDrain(t *testing.T) {
+	logDir := t.TempDir()
+	logSrv := startTlogServer(t, logDir)
+	dataDir := t.TempDir()
+	spoolDir := filepath.Join(dataDir, "tlog-spool")
+	hl := mustHTTPLog(t, logSrv.URL)
+
+	// A replica's spool, written and left undelivered (the client never
+	// ran its senders: the replica "died").
+	sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: spoolDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: []tlogclient.Log{hl}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws := make([]string, 2500)
+	for i := range jws {
+		jws[i] = fmt.Sprintf("eyJdrain.%d.sig", i)
+	}
+	if err := c.RecordJWS(context.Background(), jws); err != nil {
+		t.Fatal(err)
+	}
+	// Held by a live process: refused.
+	_, errOut, code := runCLI(t, nil, "tlog", "drain", "--data-dir", dataDir, "--tlog-url", logSrv.URL)
+	if code == 0 || !strings.Contains(errOut, "in use by another process") {
+		t.Fatalf("drain of a held spool: exit %d, %s", code, errOut)
+	}
+	sp.Close()
+
+	out, errOut, code := runCLI(t, nil, "tlog", "drain", "--data-dir", dataDir, "--tlog-url", logSrv.URL)
+	if code != 0 || !strings.Contains(out, "drained: 2500 leaves delivered to 1 logs") {
+		t.Fatalf("drain: exit %d\n%s\n%s", code, out, errOut)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		in := logArtifacts(t, logSrv.URL)
+		missing := 0
+		for _, j := range jws {
+			if !in[tlogclient.HashArtifact(j)] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d drained leaves missing from the log", missing, len(jws))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	out, _, code = runCLI(t, nil, "tlog", "drain", "--spool", spoolDir, "--tlog-url", logSrv.URL)
+	if code != 0 || !strings.Contains(out, "drained: 0 leaves") {
+		t.Fatalf("second drain: exit %d\n%s", code, out)
+	}
+	logSrv.stop(t)
+	tlogtest.Fsck(t, logDir, logSrv.VKey)
+}

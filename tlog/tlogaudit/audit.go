@@ -1,0 +1,275 @@
+// Package tlogaudit is a transparency-log monitor: it reads a log's whole
+// STH archive (GET sth/archive) and checks that the log never forked. Every
+// archived STH must verify under the log key, its checkpoint must verify
+// and name the same tree, tree sizes must grow and timestamps must not go
+// back, and each STH must be consistent with the next one (RFC 9162
+// §2.1.4 consistency proofs from GET consistency, checked with
+// github.com/transparency-dev/merkle). The newest GET sth must be in the
+// archive.
+package tlogaudit
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/transparency-dev/merkle/proof"
+	"github.com/transparency-dev/merkle/rfc6962"
+
+	"github.com/keysvc/keysvc/tlog/tlogfmt"
+)
+
+// Options configures Audit.
+type Options struct {
+	// BaseURL is the log operator's base URL (the endpoints are under
+	// BaseURL + tlogfmt.PathPrefix).
+	BaseURL string
+	// Keys are the trusted log keys (configured out of band, never taken
+	// from the log under audit).
+	Keys []tlogfmt.LogKey
+	// WitnessVKeys and WitnessesRequired: when WitnessesRequired > 0, the
+	// published checkpoint (GET sth) must carry that many valid
+	// cosignatures from these keys.
+	WitnessVKeys      []string
+	WitnessesRequired int
+	// Client is the HTTP client (default: one with a 30 s timeout).
+	Client *http.Client
+	// PageSize is the archive page size (default 1000).
+	PageSize int
+}
+
+// Report summarizes a clean audit.
+type Report struct {
+	// STHs is how many archived STHs were checked; TreeSize and RootHash
+	// are the newest.
+	STHs     int
+	TreeSize uint64
+	RootHash []byte
+	// ConsistencyProofs is how many consistency proofs verified.
+	ConsistencyProofs int
+}
+
+// Inconsistency is the first archived STH (or pair of them) that does not
+// check out. Audit's error is an *Inconsistency when the log is at fault,
+// any other error when the audit could not run (network, bad options).
+type Inconsistency struct {
+	// First and Second are the tree sizes of the pair (Second is -1 when
+	// one STH alone is bad).
+	First, Second int64
+	Reason        string
+}
+
+func (e *Inconsistency) Error() string {
+	if e.Second < 0 {
+		return fmt.Sprintf("archived STH of tree size %d: %s", e.First, e.Reason)
+	}
+	return fmt.Sprintf("archived STHs of tree sizes %d and %d are inconsistent: %s", e.First, e.Second, e.Reason)
+}
+
+type checked struct {
+	size uint64
+	root []byte
+	ts   time.Time
+}
+
+// Audit checks the log at opts.BaseURL; see the package documentation.
+func Audit(ctx context.Context, opts Options) (Report, error) {
+	if len(opts.Keys) == 0 {
+		return Report{}, errors.New("tlogaudit: no log key")
+	}
+	if opts.Client == nil {
+		opts.Client = &http.Client{Timeout: 30 * time.Second}
+	}
+	if opts.PageSize <= 0 {
+		opts.PageSize = 1000
+	}
+	base := strings.TrimSuffix(opts.BaseURL, "/") + tlogfmt.PathPrefix
+	var rep Report
+	var prev *checked
+	after := ""
+	for {
+		u := base + tlogfmt.EndpointArchive + "?limit=" + strconv.Itoa(opts.PageSize)
+		if after != "" {
+			u += "&after=" + after
+		}
+		var page tlogfmt.ArchiveResponse
+		if err := getJSON(ctx, opts.Client, u, &page); err != nil {
+			return rep, err
+		}
+		for _, a := range page.STHs {
+			cur, err := checkOne(a, opts.Keys)
+			if err != nil {
+				return rep, err
+			}
+			if prev != nil {
+				n, err := checkPair(ctx, opts, base, *prev, *cur)
+				if err != nil {
+					return rep, err
+				}
+				rep.ConsistencyProofs += n
+			}
+			prev = cur
+			rep.STHs++
+		}
+		if page.Next == nil {
+			break
+		}
+		after = strconv.FormatUint(*page.Next, 10)
+	}
+	if prev == nil {
+		return rep, &Inconsistency{First: -1, Second: -1, Reason: "the STH archive is empty"}
+	}
+	rep.TreeSize, rep.RootHash = prev.size, prev.root
+
+	// The newest STH the log serves must be archived: GET sth may be
+	// newer than the last page read, so look it up by size.
+	var latest tlogfmt.STHResponse
+	if err := getJSON(ctx, opts.Client, base+tlogfmt.EndpointSTH, &latest); err != nil {
+		return rep, err
+	}
+	sth, key, err := tlogfmt.VerifySTH(latest.STH, opts.Keys)
+	if err != nil {
+		return rep, &Inconsistency{First: -1, Second: -1, Reason: "GET sth: " + err.Error()}
+	}
+	cp, err := tlogfmt.VerifyCheckpoint(latest.Checkpoint, key)
+	if err != nil || cp.TreeSize != sth.TreeSize || !bytes.Equal(cp.RootHash, sth.RootHash) {
+		return rep, &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: fmt.Sprintf("GET sth: the checkpoint does not verify or names another tree (%v)", err)}
+	}
+	if sth.TreeSize <= prev.size {
+		if sth.TreeSize == prev.size && !bytes.Equal(sth.RootHash, prev.root) {
+			return rep, &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: "GET sth has another root than the archive"}
+		}
+	} else {
+		n, err := checkPair(ctx, opts, base, *prev, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp})
+		if err != nil {
+			return rep, err
+		}
+		rep.ConsistencyProofs += n
+	}
+	if opts.WitnessesRequired > 0 {
+		// The published checkpoint (GET sth) carries the cosignatures; the
+		// newest archived tree may still be waiting for its witnesses.
+		cos, err := tlogfmt.VerifyCosignatures(latest.Checkpoint, opts.WitnessVKeys)
+		if err != nil || len(cos) < opts.WitnessesRequired {
+			return rep, &Inconsistency{First: int64(sth.TreeSize), Second: -1,
+				Reason: fmt.Sprintf("checkpoint carries %d of the %d witness cosignatures required", len(cos), opts.WitnessesRequired)}
+		}
+	}
+	return rep, nil
+}
+
+// checkOne verifies one archived STH and its checkpoint.
+func checkOne(a tlogfmt.ArchivedSTH, keys []tlogfmt.LogKey) (*checked, error) {
+	bad := func(format string, args ...any) (*checked, error) {
+		return nil, &Inconsistency{First: int64(a.TreeSize), Second: -1, Reason: fmt.Sprintf(format, args...)}
+	}
+	sth, key, err := tlogfmt.VerifySTH(a.STH, keys)
+	if err != nil {
+		return bad("STH: %v", err)
+	}
+	if sth.TreeSize != a.TreeSize {
+		return bad("the STH is for tree size %d", sth.TreeSize)
+	}
+	cp, err := tlogfmt.VerifyCheckpoint(a.Checkpoint, key)
+	if err != nil {
+		return bad("checkpoint: %v", err)
+	}
+	if cp.TreeSize != sth.TreeSize || !bytes.Equal(cp.RootHash, sth.RootHash) {
+		return bad("the checkpoint (size %d) and the STH name different trees", cp.TreeSize)
+	}
+	return &checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}, nil
+}
+
+// checkPair checks that b extends a; it returns how many consistency
+// proofs it verified (0 or 1).
+func checkPair(ctx context.Context, opts Options, base string, a, b checked) (int, error) {
+	bad := func(format string, args ...any) (int, error) {
+		return 0, &Inconsistency{First: int64(a.size), Second: int64(b.size), Reason: fmt.Sprintf(format, args...)}
+	}
+	if b.size <= a.size {
+		return bad("tree sizes do not grow")
+	}
+	if b.ts.Before(a.ts) {
+		return bad("the larger tree's STH timestamp %s is before the smaller's %s", b.ts.Format(time.RFC3339), a.ts.Format(time.RFC3339))
+	}
+	if a.size == 0 {
+		// RFC 9162 §2.1.4: every tree extends the empty tree; its root
+		// must be the empty root.
+		if !bytes.Equal(a.root, rfc6962.DefaultHasher.EmptyRoot()) {
+			return bad("the empty tree's root is not SHA-256 of the empty string")
+		}
+		return 0, nil
+	}
+	u := fmt.Sprintf("%s%s?first=%d&second=%d", base, tlogfmt.EndpointConsistency, a.size, b.size)
+	var cr tlogfmt.ConsistencyResponse
+	if err := getJSON(ctx, opts.Client, u, &cr); err != nil {
+		var he *httpError
+		if errors.As(err, &he) && he.status < 500 {
+			return bad("the log serves no consistency proof: %v", err)
+		}
+		return 0, err
+	}
+	if cr.First != a.size || cr.Second != b.size {
+		return bad("the log answered a proof for sizes %d and %d", cr.First, cr.Second)
+	}
+	path := make([][]byte, len(cr.ConsistencyProof))
+	for i, s := range cr.ConsistencyProof {
+		h, err := base64.RawURLEncoding.DecodeString(s)
+		if err != nil || len(h) != tlogfmt.HashSize {
+			return bad("consistency proof hash %d is malformed", i)
+		}
+		path[i] = h
+	}
+	if err := proof.VerifyConsistency(rfc6962.DefaultHasher, a.size, b.size, path, a.root, b.root); err != nil {
+		return bad("consistency proof does not verify: %v", err)
+	}
+	return 1, nil
+}
+
+type httpError struct {
+	url    string
+	status int
+	body   string
+}
+
+func (e *httpError) Error() string {
+	return fmt.Sprintf("GET %s: HTTP %d: %s", e.url, e.status, e.body)
+}
+
+// maxResponseBytes bounds one response body.
+const maxResponseBytes = 64 << 20
+
+func getJSON(ctx context.Context, c *http.Client, u string, v any) error {
+	if _, err := url.Parse(u); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return &httpError{url: u, status: resp.StatusCode, body: strings.TrimSpace(string(body[:min(len(body), 300)]))}
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("GET %s: %w", u, err)
+	}
+	return nil
+}

@@ -1,0 +1,459 @@
+package tlogclient_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keysvc/keysvc/internal/pgtest"
+	"github.com/keysvc/keysvc/store"
+	"github.com/keysvc/keysvc/tlog"
+	"github.com/keysvc/keysvc/tlog/tlogtest"
+	"github.com/keysvc/keysvc/tlogclient"
+	"github.com/keysvc/keysvc/verifier"
+)
+
+const origin = "log.example.test/vrp"
+
+// testLog is a real log operator (package tlog, Tessera POSIX) behind an
+// httptest server whose handler can be switched off (connections cut), to
+// play an outage without changing the log's URL.
+type testLog struct {
+	op   *tlog.Operator
+	srv  *httptest.Server
+	dir  string
+	down atomic.Bool
+	adds atomic.Int64 // add-batch requests answered
+}
+
+func startLog(t *testing.T, mods ...func(*tlog.Config)) *testLog {
+	t.Helper()
+	l := &testLog{dir: t.TempDir()}
+	_, priv, _ := ed25519.GenerateKey(nil)
+	cfg := tlog.Config{Dir: l.dir, Origin: origin, Signer: priv,
+		CheckpointInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	op, err := tlog.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.op = op
+	h := op.Handler()
+	l.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if l.down.Load() {
+			panic(http.ErrAbortHandler) // the connection is cut: unreachable
+		}
+		if strings.HasSuffix(r.URL.Path, "/add-batch") {
+			defer l.adds.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		l.srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := op.Close(ctx); err != nil {
+			t.Errorf("log Close: %v", err)
+		}
+		tlogtest.Fsck(t, l.dir, op.VKey())
+	})
+	return l
+}
+
+// httpLog is the client's view of l.
+func (l *testLog) httpLog(t *testing.T, opts ...tlogclient.HTTPLogOption) *tlogclient.HTTPLog {
+	t.Helper()
+	hl, err := tlogclient.NewHTTPLog(l.srv.URL+"/", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hl
+}
+
+// has reports whether the log serves a proof for jws.
+func (l *testLog) has(t *testing.T, jws string) bool {
+	t.Helper()
+	_, err := l.httpLog(t).Proof(context.Background(), tlogclient.HashArtifact(jws), 0)
+	if err != nil && !errors.Is(err, tlogclient.ErrNotFound) {
+		t.Fatalf("proof: %v", err)
+	}
+	return err == nil
+}
+
+// waitAll waits until the log serves a proof for every JWS.
+func (l *testLog) waitAll(t *testing.T, jws []string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, j := range jws {
+		for !l.has(t, j) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%.30s… not in the log after %s", j, within)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+func openStore(t *testing.T, kind string) store.Store {
+	t.Helper()
+	cfg := store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")}
+	if kind == "postgres" {
+		cfg = store.Config{PostgresURL: pgtest.URL(t)}
+	}
+	if _, err := store.Migrate(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func startClient(t *testing.T, cfg tlogclient.Config) (*tlogclient.Client, func()) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	c, err := tlogclient.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return c, stop
+}
+
+func backlog(t *testing.T, st store.Store) map[string]store.OutboxStat {
+	t.Helper()
+	b, err := st.(store.Outbox).OutboxBacklog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// fakeJWS returns n distinct strings standing in for issued JWS.
+func fakeJWS(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("eyJ%s.%d.sig", prefix, i)
+	}
+	return out
+}
+
+func forEachStore(t *testing.T, f func(t *testing.T, kind string)) {
+	t.Run("sqlite", func(t *testing.T) { f(t, "sqlite") })
+	t.Run("postgres", func(t *testing.T) { f(t, "postgres") })
+}
+
+// TestRecordDeliversAndEmptiesOutbox: recorded leaves reach the log (a real
+// operator), in its tree as the exact JWS's SHA-256, and the outbox is empty
+// afterwards; metrics count them.
+func TestRecordDeliversAndEmptiesOutbox(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		l := startLog(t)
+		st := openStore(t, kind)
+		c, _ := startClient(t, tlogclient.Config{Outbox: st.(store.Outbox), Logs: []tlogclient.Log{l.httpLog(t)}, StatsEvery: 50 * time.Millisecond})
+		jws := fakeJWS(kind, 300)
+		var wg sync.WaitGroup
+		for i := 0; i < 30; i++ {
+			wg.Go(func() {
+				if err := c.RecordJWS(context.Background(), jws[i*10:i*10+10]); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		l.waitAll(t, jws, 20*time.Second)
+		deadline := time.Now().Add(10 * time.Second)
+		for len(backlog(t, st)) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("outbox not empty: %v", backlog(t, st))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		// The leaf is the v0.1 leaf of the exact JWS.
+		raw, err := l.httpLog(t).Proof(context.Background(), tlogclient.HashArtifact(jws[7]), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct {
+			Leaf map[string]string `json:"leaf"`
+		}
+		json.Unmarshal(raw, &p)
+		sum := sha256.Sum256([]byte(jws[7]))
+		if p.Leaf["artifact_hash"] != fmt.Sprintf("sha256:%x", sum) || p.Leaf["artifact_type"] != "vrp_attestation" || p.Leaf["leaf_version"] != "vrp-tlog-v0.1" {
+			t.Fatalf("leaf %v", p.Leaf)
+		}
+		if got := metricSum(t, c, "keysvc_tlog_submitted_entries_total"); got < 300 {
+			t.Errorf("submitted entries %v, want ≥ 300", got)
+		}
+		if err := c.Ready(); err != nil {
+			t.Errorf("Ready: %v", err)
+		}
+	})
+}
+
+// metricSum sums the samples of one metric family (counters and gauges;
+// for a histogram, its observation count) of the client's collector.
+func metricSum(t testing.TB, c prometheus.Collector, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum
+}
+
+// slowOutbox delays every enqueue, so that Record calls pile up behind one
+// commit.
+type slowOutbox struct {
+	store.Outbox
+	delay   time.Duration
+	commits atomic.Int64
+}
+
+func (s *slowOutbox) EnqueueOutbox(ctx context.Context, rows []store.OutboxRow) ([]store.OutboxRow, error) {
+	s.commits.Add(1)
+	time.Sleep(s.delay)
+	return s.Outbox.EnqueueOutbox(ctx, rows)
+}
+
+// TestGroupCommit: concurrent Record calls share commits — 64 requests
+// arriving during a 30 ms commit take at most a few commits, not 64.
+func TestGroupCommit(t *testing.T) {
+	l := startLog(t)
+	st := openStore(t, "sqlite")
+	slow := &slowOutbox{Outbox: st.(store.Outbox), delay: 30 * time.Millisecond}
+	c, _ := startClient(t, tlogclient.Config{Outbox: slow, Logs: []tlogclient.Log{l.httpLog(t)}})
+	jws := fakeJWS("group", 64)
+	var wg sync.WaitGroup
+	for _, j := range jws {
+		wg.Go(func() {
+			if err := c.RecordJWS(context.Background(), []string{j}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := slow.commits.Load(); n > 8 {
+		t.Fatalf("64 concurrent records took %d commits; group commit should need a handful", n)
+	}
+	l.waitAll(t, jws, 20*time.Second)
+}
+
+// TestLogOutage: while the log is unreachable, Record still succeeds (the
+// leaves are durable in the outbox), the backlog shows in the metrics and,
+// past the threshold, in Ready; once the log is back everything arrives in
+// full batches (whose promises must verify) and the outbox empties.
+func TestLogOutage(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		l := startLog(t)
+		st := openStore(t, kind)
+		l.down.Store(true)
+		c, _ := startClient(t, tlogclient.Config{Outbox: st.(store.Outbox), Logs: []tlogclient.Log{l.httpLog(t)},
+			StatsEvery: 50 * time.Millisecond, MaxBacklogRows: 1000})
+		jws := fakeJWS("outage-"+kind, 1500)
+		for i := 0; i < len(jws); i += 500 {
+			start := time.Now()
+			if err := c.RecordJWS(context.Background(), jws[i:i+500]); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("Record waited %s with the log down: it must not wait for the log", d)
+			}
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for c.Ready() == nil {
+			if time.Now().After(deadline) {
+				t.Fatal("Ready stayed nil with 1500 leaves waiting (threshold 1000)")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := c.Ready(); !strings.Contains(err.Error(), "1500 leaves waiting") || !strings.Contains(err.Error(), l.srv.URL) {
+			t.Errorf("Ready: %v", err)
+		}
+		if got := metricSum(t, c, "keysvc_tlog_outbox_rows"); got != 1500 {
+			t.Errorf("keysvc_tlog_outbox_rows %v, want 1500", got)
+		}
+		// The first add-batch fails once its batch gathered (FlushDelay).
+		for deadline := time.Now().Add(5 * time.Second); metricSum(t, c, "keysvc_tlog_log_up") != 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("keysvc_tlog_log_up %v 5 s into the outage, want 0", metricSum(t, c, "keysvc_tlog_log_up"))
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		l.down.Store(false)
+		l.waitAll(t, jws, 30*time.Second)
+		deadline = time.Now().Add(10 * time.Second)
+		for c.Ready() != nil || len(backlog(t, st)) > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("after recovery: Ready %v, outbox %v", c.Ready(), backlog(t, st))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+// TestRestartDeliversLeftovers: a client stopped before it could deliver
+// (the log was down) leaves its rows in the outbox; the next client on the
+// same store delivers them — at once on SQLite (ClaimAllAtStart), after
+// the lease on PostgreSQL, where another replica might still hold them.
+func TestRestartDeliversLeftovers(t *testing.T) {
+	forEachStore(t, func(t *testing.T, kind string) {
+		l := startLog(t)
+		st := openStore(t, kind)
+		l.down.Store(true)
+		// On SQLite the lease is longer than the test may take: the rows
+		// must be claimed at start, not after it.
+		lease := 2 * time.Second
+		if kind == "sqlite" {
+			lease = time.Minute
+		}
+		c1, stop1 := startClient(t, tlogclient.Config{Outbox: st.(store.Outbox), Logs: []tlogclient.Log{l.httpLog(t)}, Lease: lease})
+		jws := fakeJWS("restart-"+kind, 1500) // claimed in full batches: their promises must verify
+		if err := c1.RecordJWS(context.Background(), jws); err != nil {
+			t.Fatal(err)
+		}
+		stop1()
+		l.down.Store(false)
+		start := time.Now()
+		startClient(t, tlogclient.Config{Outbox: st.(store.Outbox), Logs: []tlogclient.Log{l.httpLog(t)}, Lease: lease,
+			SweepEvery: 100 * time.Millisecond, ClaimAllAtStart: kind == "sqlite"})
+		l.waitAll(t, jws, 30*time.Second)
+		took := time.Since(start)
+		waitEmpty(t, st, 10*time.Second)
+		if kind == "sqlite" && took > lease {
+			t.Errorf("SQLite: leftovers took %s, want them claimed at start", took)
+		}
+		if kind == "postgres" && took < lease/2 {
+			t.Errorf("PostgreSQL: leftovers claimed after %s, before their lease (%s) ended", took, lease)
+		}
+	})
+}
+
+// TestPromiseChecked: a promise signed by a key other than the pinned one
+// is refused, and the rows stay in the outbox (nothing is forgotten on a
+// promise that does not hold).
+func TestPromiseChecked(t *testing.T) {
+	l := startLog(t)
+	st := openStore(t, "sqlite")
+	other, _, _ := ed25519.GenerateKey(nil)
+	keys, err := verifier.ParseJWKS(fmt.Appendf(nil, `{"keys":[{"kty":"OKP","crv":"Ed25519","x":%q,"kid":%q}]}`,
+		b64(other), l.op.Key().KID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl := l.httpLog(t, tlogclient.WithLogKeys(keys))
+	_, err = hl.AddBatch(context.Background(), []tlogclient.Entry{{ArtifactType: "vrp_attestation", ArtifactHash: tlogclient.HashArtifact("x")}})
+	if !errors.Is(err, tlogclient.ErrBadPromise) || !strings.Contains(err.Error(), "the Ed25519 signature is invalid") {
+		t.Fatalf("AddBatch with a promise under another key: %v, want ErrBadPromise: the Ed25519 signature is invalid", err)
+	}
+	c, _ := startClient(t, tlogclient.Config{Outbox: st.(store.Outbox), Logs: []tlogclient.Log{hl}})
+	if err := c.RecordJWS(context.Background(), []string{"eyJpinned.x.y"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for l.adds.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if b := backlog(t, st); b[hl.URL()].Rows != 1 {
+		t.Fatalf("outbox after refused promises: %v, want the row kept", b)
+	}
+	// With the right key pinned, the promise verifies.
+	right, err := verifier.ParseJWKS(fmt.Appendf(nil, `{"keys":[{"kty":"OKP","crv":"Ed25519","x":%q,"kid":%q}]}`,
+		b64(l.op.Key().Public), l.op.Key().KID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := l.httpLog(t, tlogclient.WithLogKeys(right)).AddBatch(context.Background(),
+		[]tlogclient.Entry{{ArtifactType: "vrp_attestation", ArtifactHash: tlogclient.HashArtifact("y")}})
+	if err != nil || p.LogID != origin || len(p.Entries) != 1 || p.Entries[0].LeafIndex < 0 {
+		t.Fatalf("AddBatch with the right key: %+v, %v", p, err)
+	}
+}
+
+func b64(k ed25519.PublicKey) string { return base64.RawURLEncoding.EncodeToString(k) }
+
+func mustGet(t *testing.T, url string) []byte {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return b
+}
+
+// waitEmpty waits until the outbox holds no row.
+func waitEmpty(t *testing.T, st store.Store, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for len(backlog(t, st)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox not empty after %s: %v", within, backlog(t, st))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSubmitToken: against an operator that authenticates submitters, a
+// client without the token is refused (the rows stay in the outbox) and
+// one with it delivers.
+func TestSubmitToken(t *testing.T) {
+	const token = "tlog-submitter-secret"
+	l := startLog(t, func(c *tlog.Config) { c.SubmitTokenHashes = [][32]byte{sha256.Sum256([]byte(token))} })
+	_, err := l.httpLog(t).AddBatch(context.Background(), []tlogclient.Entry{{ArtifactType: "vrp_attestation", ArtifactHash: tlogclient.HashArtifact("a")}})
+	var le *tlogclient.LogError
+	if !errors.As(err, &le) || le.Status != http.StatusUnauthorized {
+		t.Fatalf("add-batch without the token: %v, want 401", err)
+	}
+	st := openStore(t, "sqlite")
+	c, _ := startClient(t, tlogclient.Config{Outbox: st.(store.Outbox), Logs: []tlogclient.Log{l.httpLog(t, tlogclient.WithSubmitToken(token))}})
+	jws := fakeJWS("token", 20)
+	if err := c.RecordJWS(context.Background(), jws); err != nil {
+		t.Fatal(err)
+	}
+	l.waitAll(t, jws, 20*time.Second)
+	waitEmpty(t, st, 10*time.Second)
+}

@@ -1,0 +1,135 @@
+package tlogclient
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Artifact types of VRP Transparency Log v0.1 (§4.1).
+const (
+	ArtifactAttestation = "vrp_attestation"  // a JWS the signing API issued
+	ArtifactSignedOffer = "vrp_signed_offer" // a signed offer
+	ArtifactStatusEvent = "vrp_status_event" // a key-history (lifecycle) event
+	ArtifactReceipt     = "vrp_receipt"      // a receipt
+	ArtifactSpec        = "vrp_spec"         // a specification document
+)
+
+// LeafVersion is the leaf_version of a v0.1 leaf.
+const LeafVersion = "vrp-tlog-v0.1"
+
+// MaxAddBatch is the most entries one add-batch request may carry (the
+// operator's contract, ADR 0012).
+const MaxAddBatch = 10000
+
+// MaxPromisedBatch is the default and largest number of entries the
+// client sends in one add-batch (Config.MaxBatch): the Signed Entry Promise
+// lists every entry, about 210 bytes each once base64url-encoded, so a
+// promise of 1,000 is about 210 KB; larger batches would gain little over
+// the per-request cost.
+const MaxPromisedBatch = 1000
+
+// validArtifactType reports whether t is one of the five v0.1 types.
+func validArtifactType(t string) bool {
+	switch t {
+	case ArtifactAttestation, ArtifactSignedOffer, ArtifactStatusEvent, ArtifactReceipt, ArtifactSpec:
+		return true
+	}
+	return false
+}
+
+// Entry is one submission: an artifact's type and the SHA-256 of its exact
+// bytes (for a JWS, the compact serialization as issued, never
+// re-serialized).
+type Entry struct {
+	ArtifactType string
+	ArtifactHash [32]byte
+}
+
+// HashArtifact returns the SHA-256 of an artifact's exact bytes.
+func HashArtifact(artifact string) [32]byte { return sha256.Sum256([]byte(artifact)) }
+
+// FormatHash returns "sha256:" + the lower-case hex of h, the form of
+// artifact_hash.
+func FormatHash(h [32]byte) string { return "sha256:" + hex.EncodeToString(h[:]) }
+
+// ParseHash parses "sha256:" + 64 lower-case hex digits.
+func ParseHash(s string) ([32]byte, error) {
+	var h [32]byte
+	rest, ok := strings.CutPrefix(s, "sha256:")
+	if !ok || len(rest) != 64 || strings.ToLower(rest) != rest {
+		return h, fmt.Errorf("artifact_hash %q: want sha256: and 64 lower-case hex digits", s)
+	}
+	if _, err := hex.Decode(h[:], []byte(rest)); err != nil {
+		return h, fmt.Errorf("artifact_hash %q: want sha256: and 64 lower-case hex digits", s)
+	}
+	return h, nil
+}
+
+// Promise is a checked Signed Entry Promise: the log signed that it will
+// include these entries within MMD (like an RFC 6962 SCT).
+type Promise struct {
+	JWS       string // the SEP as received (compact JWS, typ vrp-tlog-sep+jwt)
+	KID       string // the log key that signed it
+	LogID     string
+	Timestamp time.Time
+	MMD       time.Duration
+	Entries   []PromisedEntry // in request order
+}
+
+// PromisedEntry is one entry of a Promise.
+type PromisedEntry struct {
+	Entry
+	LoggedAt time.Time
+	// LeafIndex is the entry's index when the log sequenced it before
+	// answering; -1 when the promise carries none.
+	LeafIndex int64
+}
+
+// ArchivedTree is one archived Signed Tree Head of a log
+// (GET sth/archive).
+type ArchivedTree struct {
+	TreeSize   uint64
+	STH        string // compact JWS
+	Checkpoint string // C2SP signed note, with the cosignatures obtained
+}
+
+// Log is one transparency log as the client uses it. HTTPLog implements it
+// over the operator's HTTP endpoints.
+type Log interface {
+	// URL identifies the log in the outbox (its base URL, normalized):
+	// every replica must configure the same string.
+	URL() string
+	// AddBatch submits 1..MaxAddBatch entries and returns the log's
+	// Signed Entry Promise, checked against the entries.
+	AddBatch(ctx context.Context, entries []Entry) (*Promise, error)
+	// Proof returns the log's tlog member (the JSON object verifier
+	// checks) for the artifact hash in the tree of treeSize leaves; 0
+	// lets the log choose (its newest witnessed tree). ErrNotFound when
+	// the leaf is not in that tree.
+	Proof(ctx context.Context, hash [32]byte, treeSize uint64) ([]byte, error)
+	// Archive lists at most limit archived tree heads with tree_size >
+	// after, oldest first; fewer (or none) at the end of the archive.
+	Archive(ctx context.Context, after uint64, limit int) ([]ArchivedTree, error)
+}
+
+// ErrNotFound: the log does not have the leaf (yet) in the tree asked
+// for.
+var ErrNotFound = errors.New("tlogclient: leaf not found in the log")
+
+// LogError is an error answer of a log: its HTTP status and the stable
+// code and message of its {"error":{...}} body.
+type LogError struct {
+	Log     string
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *LogError) Error() string {
+	return fmt.Sprintf("tlogclient: log %s answered HTTP %d %s: %s", e.Log, e.Status, e.Code, e.Message)
+}

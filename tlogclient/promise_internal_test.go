@@ -1,0 +1,79 @@
+package tlogclient
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDecodePromise: the promise payload decoder accepts the JCS payload a
+// log signs (ADR 0012) and refuses each way a promise can fail to promise
+// what was submitted.
+func TestDecodePromise(t *testing.T) {
+	a, b := HashArtifact("eyJa.b.c"), HashArtifact("eyJd.e.f")
+	entries := []Entry{{ArtifactType: ArtifactAttestation, ArtifactHash: a}, {ArtifactType: ArtifactStatusEvent, ArtifactHash: b}}
+	entry := func(h [32]byte, typ, rest string) string {
+		return `{"artifact_hash":"` + FormatHash(h) + `","artifact_type":"` + typ + `"` + rest + `}`
+	}
+	good := `{"entries":[` + entry(a, ArtifactAttestation, `,"leaf_index":7,"logged_at":"2026-12-01T16:00:00Z"`) + `,` +
+		entry(b, ArtifactStatusEvent, `,"leaf_index":8,"logged_at":"2026-12-01T16:00:01Z"`) +
+		`],"log_id":"log.example.test/vrp","mmd_seconds":60,"timestamp":"2026-12-01T16:00:02Z"}`
+	var p Promise
+	p.Entries = make([]PromisedEntry, 2)
+	if err := decodePromise([]byte(good), entries, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.LogID != "log.example.test/vrp" || p.MMD != time.Minute || !p.Timestamp.Equal(time.Date(2026, 12, 1, 16, 0, 2, 0, time.UTC)) ||
+		p.Entries[0].LeafIndex != 7 || p.Entries[1].LeafIndex != 8 || p.Entries[1].ArtifactHash != b ||
+		!p.Entries[1].LoggedAt.Equal(time.Date(2026, 12, 1, 16, 0, 1, 0, time.UTC)) {
+		t.Fatalf("decoded %+v", p)
+	}
+	for name, c := range map[string]struct{ payload, want string }{
+		"swapped entries": {strings.Replace(strings.Replace(good, FormatHash(a), "X", 1), FormatHash(b), FormatHash(a), 1), "entry 0: is not the one submitted (artifact_hash)"},
+		"other type":      {strings.Replace(good, `"artifact_type":"vrp_status_event"`, `"artifact_type":"vrp_receipt"`, 1), "entry 1: is not the one submitted (artifact_type)"},
+		"one missing":     {strings.Replace(good, `,`+entry(b, ArtifactStatusEvent, `,"leaf_index":8,"logged_at":"2026-12-01T16:00:01Z"`), ``, 1), "1 entries promised for 2 submitted"},
+		"no logged_at":    {strings.Replace(good, `,"logged_at":"2026-12-01T16:00:00Z"`, ``, 1), "entry 0: artifact_hash, artifact_type or logged_at missing"},
+		"bad logged_at":   {strings.Replace(good, `"2026-12-01T16:00:00Z"`, `"yesterday"`, 1), "entry 0: logged_at is not RFC 3339"},
+		"negative index":  {strings.Replace(good, `"leaf_index":7`, `"leaf_index":-7`, 1), "entry 0: leaf_index is not a non-negative integer"},
+		"duplicate name":  {strings.Replace(good, `"leaf_index":7`, `"leaf_index":7,"leaf_index":9`, 1), "entry 0: jsontext: duplicate object member name"},
+		"no log_id":       {strings.Replace(good, `"log_id":"log.example.test/vrp",`, ``, 1), "log_id, timestamp or mmd_seconds missing or malformed"},
+		"trailing data":   {good + `{}`, "payload: data after the object"},
+		"not an object":   {`[]`, "payload is not a JSON object"},
+	} {
+		p.Entries = make([]PromisedEntry, 2)
+		err := decodePromise([]byte(c.payload), entries, &p)
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+}
+
+// BenchmarkDecodePromise: the payload of a 1,000-entry Signed Entry
+// Promise read and checked against the submitted entries (ADR 0033).
+// Reported per entry; allocations are per promise.
+func BenchmarkDecodePromise(b *testing.B) {
+	const n = 1000
+	entries := make([]Entry, n)
+	var sb strings.Builder
+	sb.WriteString(`{"entries":[`)
+	for i := range entries {
+		entries[i] = Entry{ArtifactType: ArtifactAttestation, ArtifactHash: HashArtifact(strings.Repeat("x", i))}
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`{"artifact_hash":"` + FormatHash(entries[i].ArtifactHash) + `","artifact_type":"vrp_attestation","leaf_index":` +
+			strconv.Itoa(1000000+i) + `,"logged_at":"2026-12-01T16:00:00Z"}`)
+	}
+	sb.WriteString(`],"log_id":"log.example.test/vrp","mmd_seconds":60,"timestamp":"2026-12-01T16:00:02Z"}`)
+	payload := []byte(sb.String())
+	p := Promise{Entries: make([]PromisedEntry, n)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := decodePromise(payload, entries, &p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/entry")
+}
