@@ -139,6 +139,7 @@ type Operator struct {
 
 	mu      sync.Mutex
 	pending map[[32]byte]*pendingEntry
+	seen    *hashFilter // every artifact hash in the index (and a few more); under mu
 
 	followKick chan struct{}
 	followMu   sync.Mutex // one followOnce at a time
@@ -269,6 +270,9 @@ func New(ctx context.Context, cfg Config) (*Operator, error) {
 	o.appender, o.shutdown, o.reader, err = tessera.NewAppender(runCtx, driver, opts)
 	if err != nil {
 		return fail(fmt.Errorf("tlog: Tessera appender: %w", err))
+	}
+	if err := o.loadFilter(runCtx); err != nil {
+		return fail(fmt.Errorf("tlog: artifact-hash filter: %w", err))
 	}
 	if err := o.followOnce(runCtx); err != nil {
 		return fail(fmt.Errorf("tlog: index catch-up: %w", err))
@@ -419,7 +423,9 @@ func (o *Operator) addEntries(ctx context.Context, subs []tlogfmt.Submission) (s
 			continue
 		}
 		local[hashes[i]] = i
-		ask = append(ask, hashes[i][:])
+		if o.seen.mayHold(hashes[i][:]) { // else certainly not in the index
+			ask = append(ask, hashes[i][:])
+		}
 		slots[i] = slot{mine: true}
 	}
 	found, err := o.st.lookupMany(ctx, ask)
@@ -531,7 +537,11 @@ func (o *Operator) lookup(ctx context.Context, h [32]byte) (tlogfmt.Leaf, uint64
 	ah := "sha256:" + hex.EncodeToString(h[:])
 	o.mu.Lock()
 	p, ok := o.pending[h]
+	maybe := ok || o.seen.mayHold(h[:])
 	o.mu.Unlock()
+	if !maybe { // neither in flight nor (by the filter) in the index
+		return tlogfmt.Leaf{}, 0, false, nil
+	}
 	if ok {
 		select {
 		case <-p.done:
@@ -554,6 +564,27 @@ func (o *Operator) kickFollower() {
 	case o.followKick <- struct{}{}:
 	default:
 	}
+}
+
+// loadFilter fills the artifact-hash filter from the index (before the
+// follower's first round: it is the index's only writer). Its cost is one
+// scan of the index at start: ~N × 32 bytes read.
+func (o *Operator) loadFilter(ctx context.Context) error {
+	start := time.Now()
+	next, err := o.st.nextIndex(ctx)
+	if err != nil {
+		return err
+	}
+	f := newHashFilter(uint(next), filterMinCapacity)
+	n := 0
+	if err := o.st.eachHash(ctx, func(h []byte) { f.add(h); n++ }); err != nil {
+		return err
+	}
+	o.mu.Lock()
+	o.seen = f
+	o.mu.Unlock()
+	o.log.Info("tlog: artifact-hash filter loaded", "hashes", n, "elapsed", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // followLoop keeps the artifact-hash index level with the log.
@@ -633,6 +664,7 @@ func (o *Operator) followOnce(ctx context.Context) error {
 		o.mu.Lock()
 		o.followed = to
 		for _, r := range rows {
+			o.seen.add(r.hash)
 			var h [32]byte
 			copy(h[:], r.hash)
 			if p, ok := o.pending[h]; ok {

@@ -133,6 +133,24 @@ func (s *state) lookupMany(ctx context.Context, hs [][]byte) (map[string]indexed
 	return out, nil
 }
 
+// eachHash calls fn with every artifact hash in the index (32 bytes; the
+// slice is reused between calls), in key order.
+func (s *state) eachHash(ctx context.Context, fn func(h []byte)) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT artifact_hash FROM leaves`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var h sql.RawBytes
+	for rows.Next() {
+		if err := rows.Scan(&h); err != nil {
+			return err
+		}
+		fn(h)
+	}
+	return rows.Err()
+}
+
 // nextIndex returns how many log entries the index has followed.
 func (s *state) nextIndex(ctx context.Context) (uint64, error) {
 	var n uint64

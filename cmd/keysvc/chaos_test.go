@@ -219,16 +219,6 @@ func ownCluster(t *testing.T) *pgCluster {
 		t.Skip("SKIPPING chaos test: pg_createcluster (postgresql-common) not installed")
 	}
 	c := &pgCluster{name: fmt.Sprintf("keysvc_chaos_%d", os.Getpid())}
-	for p := 5441; p <= 5449; p++ {
-		if ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p)); err == nil {
-			ln.Close()
-			c.port = p
-			break
-		}
-	}
-	if c.port == 0 {
-		t.Fatal("no free port in 5441-5449 for the chaos cluster")
-	}
 	run := func(name string, args ...string) {
 		t.Helper()
 		out, err := exec.Command(name, args...).CombinedOutput()
@@ -236,15 +226,47 @@ func ownCluster(t *testing.T) *pgCluster {
 			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 		}
 	}
-	run("pg_createcluster", "15", c.name, "--port", strconv.Itoa(c.port), "--start-conf", "manual",
-		"-o", "max_connections=200", "-o", "fsync=off",
-		"--", "--auth-host=trust", "--auth-local=trust")
+	drop := func() error {
+		out, err := exec.Command("pg_dropcluster", "--stop", "15", c.name).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("pg_dropcluster %s: %v\n%s", c.name, err, out)
+		}
+		return nil
+	}
+	// A port free when chosen can be taken before the postmaster binds it
+	// ("Address already in use"): then the cluster is dropped and the next
+	// free port is tried.
+	for p := 5441; ; p++ {
+		if p > 5449 {
+			t.Fatal("no free port in 5441-5449 for the chaos cluster")
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		c.port = p
+		run("pg_createcluster", "15", c.name, "--port", strconv.Itoa(c.port), "--start-conf", "manual",
+			"-o", "max_connections=200", "-o", "fsync=off",
+			"--", "--auth-host=trust", "--auth-local=trust")
+		out, err := exec.Command("pg_ctlcluster", "15", c.name, "start").CombinedOutput()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(string(out), "Address already in use") {
+			drop() //nolint:errcheck // failing anyway
+			t.Fatalf("pg_ctlcluster 15 %s start: %v\n%s", c.name, err, out)
+		}
+		t.Logf("port %d was taken between choosing it and starting the chaos cluster; trying the next", p)
+		if err := drop(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("pg_dropcluster", "--stop", "15", c.name).CombinedOutput(); err != nil {
-			t.Errorf("pg_dropcluster %s: %v\n%s", c.name, err, out)
+		if err := drop(); err != nil {
+			t.Error(err)
 		}
 	})
-	run("pg_ctlcluster", "15", c.name, "start")
 	c.url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
 	waitFor(t, 30*time.Second, "the chaos cluster accepts connections", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -87,12 +87,46 @@ func newPGCluster(t *testing.T, port int, conf ...string) *failoverCluster {
 	c := &failoverCluster{name: fmt.Sprintf("tlogcl_%04x", rand.IntN(1<<16)), port: port}
 	c.dir = filepath.Join("/var/lib/postgresql/15", c.name)
 	runCmd(t, "pg_createcluster", "15", c.name, "--port", fmt.Sprint(port), "--start-conf=manual", "--", "--auth-local=trust", "--auth-host=trust")
-	t.Cleanup(func() { exec.Command("pg_dropcluster", "15", c.name, "--stop").Run() }) //nolint:errcheck // best effort
+	t.Cleanup(func() { c.drop() })
 	lines := append([]string{"listen_addresses = '127.0.0.1'"}, conf...)
 	if err := os.WriteFile(filepath.Join("/etc/postgresql/15", c.name, "conf.d", "tlogcl.conf"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// drop stops and removes the cluster, with the configuration directory
+// pg_dropcluster leaves behind when it holds a file of ours (conf.d).
+func (c *failoverCluster) drop() {
+	exec.Command("pg_dropcluster", "15", c.name, "--stop").Run() //nolint:errcheck // best effort
+	os.RemoveAll(filepath.Join("/etc/postgresql/15", c.name))    //nolint:errcheck // best effort
+}
+
+// startPGCluster creates a cluster on a free port of 5461–5469 (none of
+// not), runs prepare (nil: nothing) and starts it. A port free when chosen
+// can be taken before the postmaster binds it (CI saw "Address already in
+// use" on a port that was free a second before): then the cluster is
+// dropped, who holds the port is logged, and another port is tried, three
+// times in all.
+func startPGCluster(t *testing.T, not []int, prepare func(*failoverCluster), conf ...string) *failoverCluster {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		c := newPGCluster(t, freePGPort(t, not...), conf...)
+		if prepare != nil {
+			prepare(c)
+		}
+		out, err := exec.Command("pg_ctlcluster", "15", c.name, "start").CombinedOutput()
+		if err == nil {
+			return c
+		}
+		if !strings.Contains(string(out), "Address already in use") || attempt == 3 {
+			t.Fatalf("pg_ctlcluster 15 %s start (port %d, attempt %d): %v\n%s", c.name, c.port, attempt, err, out)
+		}
+		holder, _ := exec.Command("ss", "-tanp", fmt.Sprintf("sport = :%d", c.port)).CombinedOutput()
+		t.Logf("port %d was taken between choosing it and starting the cluster (attempt %d); held by:\n%s", c.port, attempt, holder)
+		c.drop()
+		not = append(not, c.port)
+	}
 }
 
 func (c *failoverCluster) ctl(t *testing.T, args ...string) {
@@ -110,15 +144,14 @@ func (c *failoverCluster) ctl(t *testing.T, args ...string) {
 // target_session_attrs=read-write.
 func TestTlogPostgresFailover(t *testing.T) {
 	needPGClusters(t)
-	p1 := freePGPort(t)
-	p2 := freePGPort(t, p1)
-	primary := newPGCluster(t, p1, "synchronous_standby_names = '*'")
-	primary.ctl(t, "start")
-	standby := newPGCluster(t, p2)
+	primary := startPGCluster(t, nil, nil, "synchronous_standby_names = '*'")
+	p1 := primary.port
 	// The standby's data directory is a base backup of the primary
 	// (standby.signal and primary_conninfo written by -R).
-	runCmd(t, "sh", "-c", fmt.Sprintf("rm -rf %s/* && runuser -u postgres -- pg_basebackup -h 127.0.0.1 -p %d -U postgres -D %s -R -X stream", standby.dir, p1, standby.dir))
-	standby.ctl(t, "start")
+	standby := startPGCluster(t, []int{p1}, func(c *failoverCluster) {
+		runCmd(t, "sh", "-c", fmt.Sprintf("rm -rf %s/* && runuser -u postgres -- pg_basebackup -h 127.0.0.1 -p %d -U postgres -D %s -R -X stream", c.dir, p1, c.dir))
+	})
+	p2 := standby.port
 	ctx := context.Background()
 	pgURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", p1, p2)
 	waitFor(t, 30*time.Second, "the standby replicates synchronously", func() bool {
