@@ -1,9 +1,15 @@
 package tlog
 
 import (
+	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"testing"
+	"time"
+
+	"github.com/keysvc/keysvc/tlog/tlogfmt"
 )
 
 func filterHash(i uint64) []byte {
@@ -52,5 +58,98 @@ func TestHashFilterFirstLink(t *testing.T) {
 	}
 	if f := newHashFilter(3000, 1000); f.capacity != 6000 {
 		t.Fatalf("capacity %d, want 6000", f.capacity)
+	}
+}
+
+// waitFilter waits until the operator's background load installed its
+// filter.
+func waitFilter(t *testing.T, o *Operator) *hashFilter {
+	t.Helper()
+	for i := 0; ; i++ {
+		o.mu.Lock()
+		f := o.seen
+		o.mu.Unlock()
+		if f != nil {
+			return f
+		}
+		if i > 500 {
+			t.Fatal("the artifact-hash filter was never loaded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func filterSubs(from, n int) []tlogfmt.Submission {
+	subs := make([]tlogfmt.Submission, n)
+	for i := range subs {
+		subs[i] = tlogfmt.Submission{ArtifactType: tlogfmt.ArtifactAttestation, ArtifactHash: "sha256:" + hex.EncodeToString(filterHash(uint64(from+i)))}
+	}
+	return subs
+}
+
+// TestFilterLoadedFromIndex: a restarted operator loads every indexed hash
+// into its filter; hashes the follower indexes while the scan runs are
+// kept (o.loading) and land in the filter too; a re-submitted hash is
+// still one entry.
+func TestFilterLoadedFromIndex(t *testing.T) {
+	dir := t.TempDir()
+	seed, _ := hex.DecodeString("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+	cfg := Config{Dir: dir, Origin: "log.example.test/vrp", Signer: ed25519.NewKeyFromSeed(seed), CheckpointInterval: 100 * time.Millisecond}
+	ctx := context.Background()
+	op, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := op.Add(ctx, filterSubs(0, 300)); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	op, err = New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close(ctx) //nolint:errcheck // test cleanup
+	f := waitFilter(t, op)
+	for i := 0; i < 300; i++ {
+		if !f.mayHold(filterHash(uint64(i))) {
+			t.Fatalf("indexed hash %d is not in the loaded filter", i)
+		}
+	}
+	_, sep, err := op.Add(ctx, filterSubs(7, 1))
+	if err != nil || *sep.Entries[0].LeafIndex != 7 {
+		t.Fatalf("re-submitted hash 7: %v %+v, want leaf 7", err, sep)
+	}
+
+	// As if a load were under way: the follower keeps what it indexes.
+	op.mu.Lock()
+	op.seen, op.loading = nil, [][]byte{}
+	op.mu.Unlock()
+	if _, _, err := op.Add(ctx, filterSubs(1000, 50)); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.followOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	op.mu.Lock()
+	kept := len(op.loading)
+	op.mu.Unlock()
+	if kept != 50 {
+		t.Fatalf("the follower kept %d hashes during the load, want 50", kept)
+	}
+	if err := op.loadFilter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f = waitFilter(t, op)
+	for i := 0; i < 50; i++ {
+		if !f.mayHold(filterHash(uint64(1000 + i))) {
+			t.Fatalf("hash %d, indexed during the load, is not in the filter", 1000+i)
+		}
+	}
+	_, sep, err = op.Add(ctx, filterSubs(1010, 1))
+	if err != nil || *sep.Entries[0].LeafIndex != 310 {
+		t.Fatalf("re-submitted hash 1010: %v %+v, want leaf 310", err, sep)
 	}
 }
