@@ -873,19 +873,7 @@ func TestSEP2828DigestVectors(t *testing.T) {
 func TestSEP2828V1DigestVectors(t *testing.T) {
 	h := newHarness(t, harnessOpts{})
 	tok := h.token("any", tokenOK, api.ScopeAuditRead)
-	var v struct {
-		Projection string `json:"projection"`
-		Cases      []struct {
-			ID       string          `json:"id"`
-			Params   json.RawMessage `json:"params"`
-			Expected struct {
-				ProjectionBytes string `json:"projection_bytes"`
-				Digest          string `json:"digest"`
-				Error           string `json:"error"`
-			} `json:"expected"`
-		} `json:"cases"`
-	}
-	decode(t, testvectors.Read(t, "sep2828-v1-authorization-binding.json"), &v)
+	v := testvectors.ReadSEP2828V1(t)
 	if v.Projection != api.SEP2828V1 || len(v.Cases) != 11 {
 		t.Fatalf("vectors: projection %q, %d cases", v.Projection, len(v.Cases))
 	}

@@ -1,7 +1,6 @@
 package signer
 
 import (
-	"encoding/json"
 	"errors"
 	"testing"
 
@@ -14,21 +13,7 @@ import (
 // projection bytes and digest, and every fails_closed case refused with its
 // stable code.
 func TestSEP2828V1Vectors(t *testing.T) {
-	var doc struct {
-		Projection string `json:"projection"`
-		Cases      []struct {
-			ID       string          `json:"id"`
-			Params   json.RawMessage `json:"params"`
-			Expected struct {
-				ProjectionBytes string `json:"projection_bytes"`
-				Digest          string `json:"digest"`
-				Error           string `json:"error"`
-			} `json:"expected"`
-		} `json:"cases"`
-	}
-	if err := json.Unmarshal(testvectors.Read(t, "sep2828-v1-authorization-binding.json"), &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := testvectors.ReadSEP2828V1(t)
 	if doc.Projection != SEP2828V1Projection {
 		t.Fatalf("vector projection %q, code implements %q", doc.Projection, SEP2828V1Projection)
 	}

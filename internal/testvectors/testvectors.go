@@ -4,6 +4,7 @@
 package testvectors
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -42,4 +43,31 @@ func Read(t testing.TB, rel string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// SEP2828V1 is sep2828-v1-authorization-binding.json: the
+// tools_call_params_plus_meta_authorization_binding_v1 projection's cases,
+// each with the tools/call params and either the exact projection bytes
+// and digest or the fails_closed error.
+type SEP2828V1 struct {
+	Projection string `json:"projection"`
+	Cases      []struct {
+		ID       string          `json:"id"`
+		Params   json.RawMessage `json:"params"`
+		Expected struct {
+			ProjectionBytes string `json:"projection_bytes"`
+			Digest          string `json:"digest"`
+			Error           string `json:"error"`
+		} `json:"expected"`
+	} `json:"cases"`
+}
+
+// ReadSEP2828V1 reads and decodes the SEP-2828 v1 vectors.
+func ReadSEP2828V1(t testing.TB) SEP2828V1 {
+	t.Helper()
+	var v SEP2828V1
+	if err := json.Unmarshal(Read(t, "sep2828-v1-authorization-binding.json"), &v); err != nil {
+		t.Fatalf("sep2828-v1-authorization-binding.json: %v", err)
+	}
+	return v
 }
