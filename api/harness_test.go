@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,36 +21,19 @@ import (
 	"github.com/keysvc/keysvc/api"
 	"github.com/keysvc/keysvc/backends"
 	"github.com/keysvc/keysvc/backends/software"
+	"github.com/keysvc/keysvc/internal/keysvctest"
 	"github.com/keysvc/keysvc/internal/pgtest"
-	"github.com/keysvc/keysvc/internal/testvectors"
 	"github.com/keysvc/keysvc/rotation"
-	"github.com/keysvc/keysvc/signer"
 	"github.com/keysvc/keysvc/store"
 )
 
 // fixedKind is the Kind of the deterministic test backend.
-const fixedKind = "software-fixed"
+const fixedKind = keysvctest.FixedKind
 
-// fixedBackend is a deterministic backends.Backend: every key pair it
-// "creates" is the RFC 8037 Appendix A key, and its signer is that
-// ed25519.PrivateKey. Ed25519 is deterministic, so every signature made
-// through it can be recomputed byte for byte in a test.
-type fixedBackend struct{ priv ed25519.PrivateKey }
-
-func (b *fixedBackend) Kind() string { return fixedKind }
-
-func (b *fixedBackend) CreateKey(_ context.Context, req backends.CreateRequest) (backends.Handle, error) {
-	if req.Algorithm != signer.AlgEdDSA {
-		return backends.Handle{}, fmt.Errorf("%w: %q", backends.ErrUnsupportedAlgorithm, req.Algorithm)
-	}
-	return backends.Handle{Ref: fixedKind + ":" + req.KID, Public: b.priv.Public()}, nil
-}
-
-func (b *fixedBackend) Signer(context.Context, string, backends.Handle) (crypto.Signer, error) {
-	return b.priv, nil
-}
-
-func (b *fixedBackend) Close() error { return nil }
+// fixedBackend is keysvctest's deterministic backend (the RFC 8037
+// Appendix A key for every version; every signature recomputable byte for
+// byte) with key destruction.
+type fixedBackend struct{ keysvctest.FixedBackend }
 
 // DestroyKey implements backends.Destroyer: the fixed key is shared, so
 // nothing is destroyed; the call is only recorded by its result.
@@ -87,7 +69,7 @@ func (b *brokenBackend) Signer(context.Context, string, backends.Handle) (crypto
 
 type brokenSigner struct{ b *brokenBackend }
 
-func (s brokenSigner) Public() crypto.PublicKey { return s.b.priv.Public() }
+func (s brokenSigner) Public() crypto.PublicKey { return s.b.Key.Public() }
 
 func (s brokenSigner) Sign(rnd io.Reader, msg []byte, opts crypto.SignerOpts) ([]byte, error) {
 	s.b.mu.Lock()
@@ -96,33 +78,7 @@ func (s brokenSigner) Sign(rnd io.Reader, msg []byte, opts crypto.SignerOpts) ([
 	if err != nil {
 		return nil, err
 	}
-	return s.b.priv.Sign(rnd, msg, opts)
-}
-
-// rfc8037Key reads the RFC 8037 A.1 private key from the shared vectors and
-// checks it against the vector's public key and compact JWS.
-func rfc8037Key(t *testing.T) ed25519.PrivateKey {
-	t.Helper()
-	var v struct {
-		JWK struct {
-			D string `json:"d"`
-			X string `json:"x"`
-		} `json:"jwk_private"`
-		CompactJWS string `json:"compact_jws"`
-	}
-	if err := json.Unmarshal(testvectors.Read(t, "rfc8037-ed25519-jws.json"), &v); err != nil {
-		t.Fatal(err)
-	}
-	seed := mustB64(t, v.JWK.D)
-	priv := ed25519.NewKeyFromSeed(seed)
-	if got := b64(priv.Public().(ed25519.PublicKey)); got != v.JWK.X {
-		t.Fatalf("RFC 8037 key: public x = %s, vector says %s", got, v.JWK.X)
-	}
-	parts := splitJWS(t, v.CompactJWS)
-	if got := b64(ed25519.Sign(priv, []byte(parts[0]+"."+parts[1]))); got != parts[2] {
-		t.Fatalf("RFC 8037 key does not reproduce the vector signature")
-	}
-	return priv
+	return s.b.Key.Sign(rnd, msg, opts)
 }
 
 func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
@@ -250,14 +206,14 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	priv := rfc8037Key(t)
-	broken := &brokenBackend{fixedBackend: fixedBackend{priv: priv}}
+	priv := keysvctest.RFC8037Key(t)
+	broken := &brokenBackend{fixedBackend: fixedBackend{keysvctest.FixedBackend{Key: priv}}}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clk := &clock{offset: o.ClockOffset}
 	mgr := rotation.New(rotation.Config{
 		Store:      st,
-		Backends:   []backends.Backend{sw, &fixedBackend{priv: priv}, broken},
+		Backends:   []backends.Backend{sw, &fixedBackend{keysvctest.FixedBackend{Key: priv}}, broken},
 		Now:        clk.Now,
 		Logger:     log,
 		JWKSMaxAge: o.JWKSMaxAge,

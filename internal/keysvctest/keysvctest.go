@@ -18,6 +18,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func Start(t testing.TB, o Options) *Server {
 	priv := RFC8037Key(t)
 	logs := &Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	mgr := rotation.New(rotation.Config{Store: st, Backends: []backends.Backend{&fixedBackend{priv: priv}}, Logger: log})
+	mgr := rotation.New(rotation.Config{Store: st, Backends: []backends.Backend{&FixedBackend{Key: priv}}, Logger: log})
 	if err := mgr.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -187,26 +188,35 @@ func (s *Server) JWKS(name string) []byte {
 	return e.JWKS.Body
 }
 
-// fixedBackend hands out the RFC 8037 key for every version.
-type fixedBackend struct{ priv ed25519.PrivateKey }
+// FixedBackend is a deterministic backends.Backend of kind FixedKind:
+// every key pair it "creates" is Key (the RFC 8037 Appendix A key, from
+// RFC8037Key), and its signer is that ed25519.PrivateKey. Ed25519 is
+// deterministic, so every signature made through it can be recomputed
+// byte for byte in a test. EdDSA only.
+type FixedBackend struct{ Key ed25519.PrivateKey }
 
-func (b *fixedBackend) Kind() string { return FixedKind }
+// Kind returns FixedKind.
+func (b *FixedBackend) Kind() string { return FixedKind }
 
-func (b *fixedBackend) CreateKey(_ context.Context, req backends.CreateRequest) (backends.Handle, error) {
+// CreateKey returns Key's public key under the reference "software-fixed:<kid>".
+func (b *FixedBackend) CreateKey(_ context.Context, req backends.CreateRequest) (backends.Handle, error) {
 	if req.Algorithm != signer.AlgEdDSA {
 		return backends.Handle{}, fmt.Errorf("%w: %q", backends.ErrUnsupportedAlgorithm, req.Algorithm)
 	}
-	return backends.Handle{Ref: FixedKind + ":" + req.KID, Public: b.priv.Public()}, nil
+	return backends.Handle{Ref: FixedKind + ":" + req.KID, Public: b.Key.Public()}, nil
 }
 
-func (b *fixedBackend) Signer(context.Context, string, backends.Handle) (crypto.Signer, error) {
-	return b.priv, nil
+// Signer returns Key.
+func (b *FixedBackend) Signer(context.Context, string, backends.Handle) (crypto.Signer, error) {
+	return b.Key, nil
 }
 
-func (b *fixedBackend) Close() error { return nil }
+// Close does nothing.
+func (b *FixedBackend) Close() error { return nil }
 
 // RFC8037Key returns the RFC 8037 A.1 private key from the shared vectors,
-// checked against the vector's public key.
+// checked against the vector's public key and its compact JWS (the key
+// must reproduce the vector's signature).
 func RFC8037Key(t testing.TB) ed25519.PrivateKey {
 	t.Helper()
 	var v struct {
@@ -214,6 +224,7 @@ func RFC8037Key(t testing.TB) ed25519.PrivateKey {
 			D string `json:"d"`
 			X string `json:"x"`
 		} `json:"jwk_private"`
+		CompactJWS string `json:"compact_jws"`
 	}
 	if err := json.Unmarshal(testvectors.Read(t, "rfc8037-ed25519-jws.json"), &v); err != nil {
 		t.Fatal(err)
@@ -225,6 +236,10 @@ func RFC8037Key(t testing.TB) ed25519.PrivateKey {
 	priv := ed25519.NewKeyFromSeed(seed)
 	if got := base64.RawURLEncoding.EncodeToString(priv.Public().(ed25519.PublicKey)); got != v.JWK.X {
 		t.Fatalf("RFC 8037 key: x = %s, vector says %s", got, v.JWK.X)
+	}
+	parts := strings.Split(v.CompactJWS, ".")
+	if len(parts) != 3 || base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, []byte(parts[0]+"."+parts[1]))) != parts[2] {
+		t.Fatalf("RFC 8037 key does not reproduce the vector signature")
 	}
 	return priv
 }
