@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -357,8 +358,8 @@ func fmtp(t *time.Time) string {
 }
 
 // verifyAll runs `keysvc verify --history` on every signed record's
-// attestation (receipts of up to 500 attestations) and returns how many
-// did not verify, with the first few errors.
+// attestation (receipts of up to 500 attestations, GOMAXPROCS verifiers at
+// once) and returns how many did not verify, with the first few errors.
 func verifyAll(t *testing.T, histFile string, recs []record) (verified, rejected int, first []string) {
 	t.Helper()
 	var atts []any
@@ -368,23 +369,41 @@ func verifyAll(t *testing.T, histFile string, recs []record) (verified, rejected
 		}
 	}
 	dir := t.TempDir()
+	var receipts []string
 	for start := 0; start < len(atts); start += 500 {
 		end := min(start+500, len(atts))
-		receipt := writeJSON(t, dir, fmt.Sprintf("receipt-%d.json", start), map[string]any{
+		receipts = append(receipts, writeJSON(t, dir, fmt.Sprintf("receipt-%d.json", start), map[string]any{
 			"vrp_receipt_version": "1.0", "subject": map[string]any{"property": "chaos.test"},
 			"issuer": map[string]any{"node": "chaos.test"}, "attestations": atts[start:end],
+		}))
+	}
+	type verdict struct {
+		Attestations []struct {
+			Status string `json:"status"`
+			Error  any    `json:"error"`
+			KID    string `json:"kid"`
+		} `json:"attestations"`
+	}
+	verdicts := make([]verdict, len(receipts))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	var unreadable atomic.Bool
+	for i, receipt := range receipts {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out, errOut, _ := runCLI(t, nil, "verify", receipt, "--history", histFile, "--json")
+			if err := json.Unmarshal([]byte(out), &verdicts[i]); err != nil {
+				t.Errorf("keysvc verify: %v\n%s%s", err, out, errOut)
+				unreadable.Store(true)
+			}
 		})
-		out, errOut, _ := runCLI(t, nil, "verify", receipt, "--history", histFile, "--json")
-		var vr struct {
-			Attestations []struct {
-				Status string `json:"status"`
-				Error  any    `json:"error"`
-				KID    string `json:"kid"`
-			} `json:"attestations"`
-		}
-		if err := json.Unmarshal([]byte(out), &vr); err != nil {
-			t.Fatalf("keysvc verify: %v\n%s%s", err, out, errOut)
-		}
+	}
+	wg.Wait()
+	if unreadable.Load() {
+		t.FailNow()
+	}
+	for _, vr := range verdicts {
 		for _, a := range vr.Attestations {
 			if a.Status == "verified" {
 				verified++

@@ -60,17 +60,55 @@ func chaosSeconds() time.Duration {
 	return 10 * time.Second
 }
 
-// recorder keeps every JWS a 200 answer carried.
+// recorder keeps every JWS a 200 answer carried, with its receipt
+// attestation.
 type recorder struct {
 	mu       sync.Mutex
 	jws      []string
+	atts     []map[string]any
 	failures atomic.Int64
 }
 
-func (r *recorder) add(jws ...string) {
+func (r *recorder) add(jws string, att map[string]any) {
 	r.mu.Lock()
-	r.jws = append(r.jws, jws...)
+	r.jws = append(r.jws, jws)
+	r.atts = append(r.atts, att)
 	r.mu.Unlock()
+}
+
+// transportAnswer is what a transport-assertion answer carries: the JWS and its
+// receipt attestation.
+type transportAnswer struct {
+	JWS         string         `json:"jws"`
+	Attestation map[string]any `json:"attestation"`
+}
+
+// verifyRecorded runs `keysvc verify --history` on every recorded
+// attestation against the key history the service publishes now (from
+// baseURL) and fails unless every one verifies: the faults the test
+// injected must not have let a replica issue a signature its published
+// history does not back.
+func verifyRecorded(t *testing.T, baseURL, token string, rec *recorder) {
+	t.Helper()
+	history, err := client.New(baseURL, token).History(context.Background(), "villa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	histFile := filepath.Join(t.TempDir(), "history.json")
+	if err := os.WriteFile(histFile, history, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	recs := make([]record, len(rec.atts))
+	for i, a := range rec.atts {
+		recs[i] = record{Status: 200, Att: a}
+	}
+	rec.mu.Unlock()
+	verified, rejected, first := verifyAll(t, histFile, recs)
+	if rejected > 0 || verified != len(recs) {
+		t.Fatalf("keysvc verify --history: %d of %d returned signatures verified, %d rejected, e.g. %v", verified, len(recs), rejected, first)
+	}
+	t.Logf("%d of %d returned signatures verify with keysvc verify --history", verified, len(recs))
 }
 
 func (r *recorder) all() []string {
@@ -146,13 +184,13 @@ func tlogNoLost(t *testing.T, pgURL string, replicas int) {
 				c := &client.Client{BaseURL: rs[(w+i)%len(rs)].url, Token: e.token, HTTP: hc}
 				args := map[string]any{"w": w, "i": i}
 				if i%2 == 0 {
-					res, err := c.MCPTransport(ctx, "villa", client.TransportRequest{Tool: "t", Arguments: args})
-					if err != nil {
+					var res transportAnswer
+					if err := c.Do(ctx, http.MethodPost, "/v1/keys/villa/mcp-transport", client.TransportRequest{Tool: "t", Arguments: args}, &res); err != nil {
 						rec.failures.Add(1)
 						time.Sleep(20 * time.Millisecond)
 						continue
 					}
-					rec.add(res.JWS)
+					rec.add(res.JWS, res.Attestation)
 					continue
 				}
 				items := make([]client.TransportRequest, 10)
@@ -161,9 +199,7 @@ func tlogNoLost(t *testing.T, pgURL string, replicas int) {
 				}
 				var out struct {
 					Results []struct {
-						Result *struct {
-							JWS string `json:"jws"`
-						} `json:"result"`
+						Result *transportAnswer `json:"result"`
 					} `json:"results"`
 				}
 				if err := c.Do(ctx, http.MethodPost, "/v1/keys/villa/mcp-transport:batch", map[string]any{"items": items}, &out); err != nil {
@@ -173,7 +209,7 @@ func tlogNoLost(t *testing.T, pgURL string, replicas int) {
 				}
 				for _, r := range out.Results {
 					if r.Result != nil {
-						rec.add(r.Result.JWS)
+						rec.add(r.Result.JWS, r.Result.Attestation)
 					}
 				}
 			}
@@ -235,6 +271,7 @@ func tlogNoLost(t *testing.T, pgURL string, replicas int) {
 		t.Fatalf("%d of %d returned JWS are missing from the log, e.g. %.40s…", len(pending), len(jws), pending[0])
 	}
 	t.Logf("0 of %d returned JWS missing from the log (checked in %s)", len(jws), time.Since(checkStart).Round(time.Millisecond))
+	verifyRecorded(t, rs[0].url, e.token, rec)
 	// Every outbox is empty: delivered rows are deleted.
 	st, err := store.Open(ctx, store.Config{PostgresURL: pgURL, SQLitePath: filepath.Join(e.dir, "keysvc.db")})
 	if err != nil {

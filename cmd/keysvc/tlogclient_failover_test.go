@@ -200,13 +200,13 @@ func TestTlogPostgresFailover(t *testing.T) {
 				default:
 				}
 				c := &client.Client{BaseURL: nodes[(w+i)%len(nodes)].URL, Token: e.token, HTTP: hc}
-				res, err := c.MCPTransport(ctx, "villa", client.TransportRequest{Tool: "t", Arguments: map[string]any{"w": w, "i": i}})
-				if err != nil {
+				var res transportAnswer
+				if err := c.Do(ctx, http.MethodPost, "/v1/keys/villa/mcp-transport", client.TransportRequest{Tool: "t", Arguments: map[string]any{"w": w, "i": i}}, &res); err != nil {
 					rec.failures.Add(1)
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
-				rec.add(res.JWS)
+				rec.add(res.JWS, res.Attestation)
 			}
 		})
 	}
@@ -251,6 +251,7 @@ func TestTlogPostgresFailover(t *testing.T) {
 		t.Fatalf("%d of %d returned JWS are missing from the log after the failover", len(pending), len(jws))
 	}
 	t.Logf("0 of %d returned JWS missing from the log", len(jws))
+	verifyRecorded(t, nodes[0].URL, e.token, rec)
 	st, err := store.Open(ctx, store.Config{PostgresURL: pgURL})
 	if err != nil {
 		t.Fatal(err)
