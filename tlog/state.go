@@ -6,34 +6,26 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
 
-// state is the operator's own data beside the Tessera directory: the
-// artifact-hash index (derived from the log: rebuilt by following the
-// entry bundles, never the source of truth) and the STH archive (one signed
-// STH per tree size the log signed). It is one SQLite file in WAL mode with
+// state is the operator's STH archive (one signed STH per tree size the
+// log signed), beside the Tessera directory and the artifact-hash index
+// (hashIndex). It is one SQLite file (<dir>/state.db) in WAL mode with
 // synchronous=FULL: an archived STH survives a power loss, like the
 // checkpoint Tessera publishes after it (O_SYNC files, fsynced directories).
 type state struct {
-	db       *sql.DB
-	lookupSt *sql.Stmt // prepared once: the add path runs it per entry
+	db *sql.DB
 }
 
+// legacyIndexTables: the artifact-hash index lived in state.db (tables
+// leaves and follower) until ADR 0035 moved it to <dir>/index. It is
+// derived, so openState drops them (and gives their pages back with
+// VACUUM) and the follower rebuilds the index from the log.
+const legacyIndexTables = `DROP TABLE IF EXISTS leaves; DROP TABLE IF EXISTS follower;`
+
 const stateSchema = `
-CREATE TABLE IF NOT EXISTS leaves (
-	artifact_hash BLOB PRIMARY KEY,  -- the 32 SHA-256 bytes of artifact_hash
-	leaf_index    INTEGER NOT NULL,
-	artifact_type TEXT NOT NULL,
-	logged_at     TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS follower (
-	id         INTEGER PRIMARY KEY CHECK (id = 1),
-	next_index INTEGER NOT NULL      -- entries [0, next_index) are indexed
-);
-INSERT OR IGNORE INTO follower (id, next_index) VALUES (1, 0);
 CREATE TABLE IF NOT EXISTS sths (
 	tree_size  INTEGER PRIMARY KEY,
 	root_hash  BLOB NOT NULL,
@@ -50,22 +42,29 @@ func openState(dir string) (*state, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(4)
+	var legacy int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name IN ('leaves', 'follower')`).Scan(&legacy); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("tlog: state: %w", err)
+	}
+	if legacy > 0 {
+		if _, err := db.Exec(legacyIndexTables); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("tlog: state: dropping the SQLite index of earlier releases: %w", err)
+		}
+		if _, err := db.Exec(`VACUUM`); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("tlog: state: %w", err)
+		}
+	}
 	if _, err := db.Exec(stateSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("tlog: state schema: %w", err)
 	}
-	st, err := db.Prepare(`SELECT leaf_index, artifact_type, logged_at FROM leaves WHERE artifact_hash = ?`)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return &state{db: db, lookupSt: st}, nil
+	return &state{db: db}, nil
 }
 
-func (s *state) close() error {
-	s.lookupSt.Close()
-	return s.db.Close()
-}
+func (s *state) close() error { return s.db.Close() }
 
 // checkpoint copies the WAL into the database and truncates it
 // (PRAGMA wal_checkpoint(TRUNCATE), waiting up to the busy timeout for
@@ -87,117 +86,10 @@ type indexed struct {
 	loggedAt     string
 }
 
-// lookup finds an artifact hash (32 bytes) in the index.
-func (s *state) lookup(ctx context.Context, h []byte) (indexed, bool, error) {
-	var r indexed
-	err := s.lookupSt.QueryRowContext(ctx, h).
-		Scan(&r.leafIndex, &r.artifactType, &r.loggedAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return r, false, nil
-	}
-	return r, err == nil, err
-}
-
-// lookupChunk bounds the hashes of one look-up statement.
-const lookupChunk = 500
-
-// lookupMany finds artifact hashes (32 bytes each) in the index, a few
-// hundred per statement; the result is keyed by string(hash).
-func (s *state) lookupMany(ctx context.Context, hs [][]byte) (map[string]indexed, error) {
-	out := map[string]indexed{}
-	for len(hs) > 0 {
-		n := min(len(hs), lookupChunk)
-		q := "SELECT artifact_hash, leaf_index, artifact_type, logged_at FROM leaves WHERE artifact_hash IN (?" + strings.Repeat(",?", n-1) + ")"
-		args := make([]any, n)
-		for i := range args {
-			args[i] = hs[i]
-		}
-		rows, err := s.db.QueryContext(ctx, q, args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var h []byte
-			var r indexed
-			if err := rows.Scan(&h, &r.leafIndex, &r.artifactType, &r.loggedAt); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out[string(h)] = r
-		}
-		if err := rows.Close(); err != nil {
-			return nil, err
-		}
-		hs = hs[n:]
-	}
-	return out, nil
-}
-
-// eachHash calls fn with every artifact hash in the index (32 bytes; the
-// slice is reused between calls), in key order.
-func (s *state) eachHash(ctx context.Context, fn func(h []byte)) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT artifact_hash FROM leaves`)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	var h sql.RawBytes
-	for rows.Next() {
-		if err := rows.Scan(&h); err != nil {
-			return err
-		}
-		fn(h)
-	}
-	return rows.Err()
-}
-
-// nextIndex returns how many log entries the index has followed.
-func (s *state) nextIndex(ctx context.Context) (uint64, error) {
-	var n uint64
-	err := s.db.QueryRowContext(ctx, `SELECT next_index FROM follower WHERE id = 1`).Scan(&n)
-	return n, err
-}
-
 // indexRow is one followed log entry.
 type indexRow struct {
 	hash []byte
 	indexed
-}
-
-// follow records rows (entries [from, to) of the log) and moves the
-// follower to to, in one transaction. An artifact hash already indexed
-// keeps its first index (a later duplicate entry in the log is ignored).
-func (s *state) follow(ctx context.Context, from, to uint64, rows []indexRow) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // no-op after Commit
-	var cur uint64
-	if err := tx.QueryRowContext(ctx, `SELECT next_index FROM follower WHERE id = 1`).Scan(&cur); err != nil {
-		return err
-	}
-	if cur != from {
-		return fmt.Errorf("tlog: index follower at %d, asked to follow from %d", cur, from)
-	}
-	// Multi-row INSERTs: per-statement cost dominates single-row inserts.
-	const chunk = 200
-	for len(rows) > 0 {
-		n := min(len(rows), chunk)
-		q := "INSERT OR IGNORE INTO leaves (artifact_hash, leaf_index, artifact_type, logged_at) VALUES (?, ?, ?, ?)" + strings.Repeat(", (?, ?, ?, ?)", n-1)
-		args := make([]any, 0, 4*n)
-		for _, r := range rows[:n] {
-			args = append(args, r.hash, r.leafIndex, r.artifactType, r.loggedAt)
-		}
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return err
-		}
-		rows = rows[n:]
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE follower SET next_index = ? WHERE id = 1`, to); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 // archived is a row of the STH archive.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-json-experiment/json"
 )
 
 // TestDecodePromise: the promise payload decoder accepts the JCS payload a
@@ -76,4 +78,48 @@ func BenchmarkDecodePromise(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/entry")
+}
+
+// TestAppendAddBatch: the add-batch body written by hand is byte for byte
+// what encoding a {"entries":[{artifact_type, artifact_hash}]} struct
+// gives, for every v0.1 artifact type, and no entry is longer than
+// addBatchEntryBytes (the buffer's size hint); AddBatch refuses an
+// artifact type it would have to escape.
+func TestAppendAddBatch(t *testing.T) {
+	types := []string{ArtifactAttestation, ArtifactSignedOffer, ArtifactStatusEvent, ArtifactReceipt, ArtifactSpec}
+	type addEntry struct {
+		ArtifactType string `json:"artifact_type"`
+		ArtifactHash string `json:"artifact_hash"`
+	}
+	var entries []Entry
+	var want struct {
+		Entries []addEntry `json:"entries"`
+	}
+	for i, typ := range types {
+		h := HashArtifact("artifact " + strconv.Itoa(i))
+		entries = append(entries, Entry{ArtifactType: typ, ArtifactHash: h})
+		want.Entries = append(want.Entries, addEntry{ArtifactType: typ, ArtifactHash: FormatHash(h)})
+		one, _ := json.Marshal(addEntry{ArtifactType: typ, ArtifactHash: FormatHash(h)})
+		if len(one)+1 > addBatchEntryBytes {
+			t.Errorf("entry of type %s takes %d bytes with its comma, more than addBatchEntryBytes (%d)", typ, len(one)+1, addBatchEntryBytes)
+		}
+	}
+	wb, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := appendAddBatch(nil, entries); string(got) != string(wb) {
+		t.Fatalf("appendAddBatch:\n%s\nwant\n%s", got, wb)
+	}
+	if got := appendAddBatch(nil, entries[:1]); !strings.HasPrefix(string(got), `{"entries":[{"artifact_type":"vrp_attestation","artifact_hash":"sha256:`) || !strings.HasSuffix(string(got), `"}]}`) {
+		t.Fatalf("one entry: %s", got)
+	}
+	l, err := NewHTTPLog("http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.AddBatch(t.Context(), []Entry{{ArtifactType: `vrp_attestation","x":"`, ArtifactHash: entries[0].ArtifactHash}})
+	if err == nil || !strings.Contains(err.Error(), "is not a v0.1 artifact type") {
+		t.Fatalf("AddBatch with an artifact type that needs escaping: %v", err)
+	}
 }

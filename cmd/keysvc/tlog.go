@@ -73,7 +73,7 @@ type tlogKeyFlags struct {
 
 func (f *tlogKeyFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.dataDir, "data-dir", envOr("KEYSVC_TLOG_DATA_DIR", "keysvc-tlog"), "operator data directory: the log key record, Tessera's POSIX log (log/) and the index and STH archive (state.db) (env KEYSVC_TLOG_DATA_DIR)")
+	fs.StringVar(&f.dataDir, "data-dir", envOr("KEYSVC_TLOG_DATA_DIR", "keysvc-tlog"), "operator data directory: the log key record, Tessera's POSIX log (log/), the STH archive (state.db) and the derived artifact-hash index (index/) (env KEYSVC_TLOG_DATA_DIR)")
 	fs.StringVar(&f.kekFile, "kek-file", envOr("KEYSVC_TLOG_KEK_FILE", ""), "software backend key-encryption key of the log key, base64 of 32 bytes, mode 0600 (env KEYSVC_TLOG_KEK_FILE); default <data-dir>/kek")
 	fs.StringVar(&f.origin, "origin", envOr("KEYSVC_TLOG_ORIGIN", ""), "log_id and checkpoint origin, e.g. log.example.com/vrp (env KEYSVC_TLOG_ORIGIN)")
 	for _, bf := range backendFactories {
