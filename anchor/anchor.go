@@ -298,6 +298,23 @@ func (a *Anchor) checkKey(ctx context.Context, k store.Key, versions []store.Key
 		if ok, err = a.factBacked(ctx, a.as, kf); err == nil && !ok {
 			v.Keys[k.Name] = "key " + k.Name + ": its settings (issuer, algorithm, backend, policy) are not backed by the transparency log"
 		}
+		if err == nil && ok {
+			// A backed fact of revision n was written with the markers of
+			// revisions 1..n; revision n+1 must be absent, or the row was
+			// rolled back to an older, once-anchored value (ADR 0036).
+			for r := int64(1); r <= k.SettingsRev; r++ {
+				if m, err := a.key.SettingsMarker(k.Name, r); err == nil {
+					a.learn(m)
+				}
+			}
+			var next Event
+			if next, err = a.key.SettingsMarker(k.Name, k.SettingsRev+1); err == nil {
+				var present bool
+				if present, err = a.markerPresent(ctx, next, true); err == nil && present {
+					v.Keys[k.Name] = fmt.Sprintf("key %s: the transparency log records settings revision %d, but key history holds revision %d: its policy or backend was rolled back in the database (or key history restored from an older backup)", k.Name, k.SettingsRev+1, k.SettingsRev)
+				}
+			}
+		}
 	}
 	if err != nil {
 		v.Keys[k.Name] = "key " + k.Name + ": cannot check against the transparency log: " + err.Error()
@@ -509,6 +526,13 @@ func (a *Anchor) bootstrap(ctx context.Context, boot Event) error {
 				return err
 			}
 			evs = append(evs, e)
+			for r := int64(1); r <= k.SettingsRev; r++ {
+				m, err := a.key.SettingsMarker(k.Name, r)
+				if err != nil {
+					return err
+				}
+				evs = append(evs, m)
+			}
 			for i, v := range hist.Versions[k.Name] {
 				more, err := a.versionEvents(v, i+1, true)
 				if err != nil {

@@ -101,9 +101,10 @@ func TestCheckSteadyState(t *testing.T) {
 	}
 	first := l.proofs
 	// Per key: 3 retired versions × (revoked, destroyed), the active one ×
-	// (retired, revoked, destroyed), and version number 5.
-	if first != 3*(3*2+3+1) {
-		t.Fatalf("first check asked the log %d times, want 30", first)
+	// (retired, revoked, destroyed), version number 5 and settings
+	// revision 1.
+	if first != 3*(3*2+3+1+1) {
+		t.Fatalf("first check asked the log %d times, want 33", first)
 	}
 	if v := a.Check(context.Background(), h); len(v.Versions)+len(v.Keys) != 0 || l.proofs != first {
 		t.Fatalf("second check: %+v, %d more look-ups", v, l.proofs-first)
@@ -118,6 +119,28 @@ func TestCheckSteadyState(t *testing.T) {
 	v = a.Check(context.Background(), h)
 	if len(v.Versions) != 1 || v.Versions["key01.example-2026-12-01-01"] == "" || len(v.Keys) != 0 {
 		t.Fatalf("swapped key: %+v", v)
+	}
+	h.Versions["key01"][0].PublicJWK = h.Versions["key00"][0].PublicJWK
+
+	// Settings rolled back (ADR 0036): the log has revision 1 of key00's
+	// settings, key history holds revision 0. Then key history at
+	// revision 1, whose fact was made here, is backed again.
+	m1, err := a.key.SettingsMarker("key00", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.learn(m1)
+	v = a.Check(context.Background(), h)
+	if want := "key key00: the transparency log records settings revision 1, but key history holds revision 0"; len(v.Keys) != 1 || !strings.HasPrefix(v.Keys["key00"], want) || len(v.Versions) != 4 {
+		t.Fatalf("rolled-back settings: %+v", v)
+	}
+	h.Keys[0].SettingsRev = 1
+	if v = a.Check(context.Background(), h); len(v.Keys) != 1 || !strings.Contains(v.Keys["key00"], "are not backed") {
+		t.Fatalf("revision 1 with no fact made for it: %+v", v)
+	}
+	learnAll(t, a, h)
+	if v = a.Check(context.Background(), h); len(v.Keys)+len(v.Versions) != 0 {
+		t.Fatalf("revision 1, backed: %+v", v)
 	}
 }
 

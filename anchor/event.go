@@ -199,6 +199,7 @@ const (
 	MarkerState     = "marker.state"          // {kid, state}: the version reached the state
 	MarkerAuditSeq  = "marker.audit_seq"      // {seq}: the audit row seq exists
 	MarkerBootstrap = "marker.bootstrap"      // {}: anchoring started for this event key
+	MarkerSettings  = "marker.key_settings"   // {key, n}: the key's settings reached revision n (ADR 0036)
 )
 
 // Fact kinds.
@@ -283,9 +284,14 @@ type keyFact struct {
 	PolicySHA256 string `json:"policy_sha256"` // hex SHA-256 of the policy JSON as stored ("" when none)
 	CreatedAt    string `json:"created_at"`
 	CreatedBy    string `json:"created_by"`
+	// SettingsRev is store.Key.SettingsRev; omitted when 0, so the fact
+	// of a key whose settings never changed is the one earlier releases
+	// signed (ADR 0036).
+	SettingsRev int64 `json:"settings_rev,omitempty"`
 }
 
-// KeyFact signs key k as stored (its policy by digest).
+// KeyFact signs key k as stored (its policy by digest, its settings
+// revision).
 func (k *EventKey) KeyFact(key store.Key) (Event, error) {
 	ph := ""
 	if len(key.Policy) > 0 {
@@ -293,7 +299,17 @@ func (k *EventKey) KeyFact(key store.Key) (Event, error) {
 		ph = hex.EncodeToString(sum[:])
 	}
 	return k.Sign(FactKey, key.Name, keyFact{Event: "key", Key: key.Name, Issuer: key.Issuer, Alg: key.Algorithm, Backend: key.Backend,
-		JWKSURL: key.JWKSURL, PolicySHA256: ph, CreatedAt: store.FormatTime(key.CreatedAt), CreatedBy: key.CreatedBy})
+		JWKSURL: key.JWKSURL, PolicySHA256: ph, CreatedAt: store.FormatTime(key.CreatedAt), CreatedBy: key.CreatedBy, SettingsRev: key.SettingsRev})
+}
+
+// SettingsMarker is the marker that key's settings (policy, backend)
+// reached revision n (1 = the first change; ADR 0036).
+func (k *EventKey) SettingsMarker(key string, n int64) (Event, error) {
+	return k.Sign(MarkerSettings, key+"#"+strconv.FormatInt(n, 10), struct {
+		Marker string `json:"marker"`
+		Key    string `json:"key"`
+		N      int64  `json:"n"`
+	}{"key_settings", key, n})
 }
 
 // AuditFact signs an audit row's place and hash (the chain head at seq).

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,4 +136,46 @@ func TestKeyFile(t *testing.T) {
 func rfc7638(x string) string {
 	sum := sha256.Sum256([]byte(`{"crv":"Ed25519","kty":"OKP","x":"` + x + `"}`))
 	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// TestKeyFactSettingsRev: a key whose settings never changed (revision 0)
+// signs to the fact earlier releases signed, without a settings_rev
+// member, so anchored history stays backed across the upgrade; a later
+// revision is in the fact, and its marker names the key and revision
+// (ADR 0036).
+func TestKeyFactSettingsRev(t *testing.T) {
+	k := testKey(t)
+	key := store.Key{Name: "villa", Issuer: "villaakerlyckan.se", Algorithm: "EdDSA", Backend: "software", JWKSURL: "https://villaakerlyckan.se/jwks.json",
+		Policy: []byte(`{"rotation_period":"720h"}`), CreatedAt: time.Date(2026, 12, 1, 23, 0, 0, 0, time.UTC), CreatedBy: "alice"}
+	payload := func(ev Event) string {
+		b, err := base64.RawURLEncoding.DecodeString(strings.Split(ev.JWS, ".")[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	const legacy = `{"alg":"EdDSA","backend":"software","created_at":"2026-12-01T23:00:00.000000Z","created_by":"alice","event":"key","issuer":"villaakerlyckan.se","jwks_url":"https://villaakerlyckan.se/jwks.json","key":"villa","policy_sha256":"`
+	ph := sha256.Sum256(key.Policy)
+	f0, err := k.KeyFact(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := payload(f0), legacy+hex.EncodeToString(ph[:])+`"}`; got != want {
+		t.Fatalf("revision 0:\n got %s\nwant %s", got, want)
+	}
+	key.SettingsRev = 2
+	f2, _ := k.KeyFact(key)
+	if got, want := payload(f2), legacy+hex.EncodeToString(ph[:])+`","settings_rev":2}`; got != want {
+		t.Fatalf("revision 2:\n got %s\nwant %s", got, want)
+	}
+	m, err := k.SettingsMarker("villa", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := payload(m); got != `{"key":"villa","marker":"key_settings","n":2}` || m.Kind != MarkerSettings || m.Subject != "villa#2" {
+		t.Fatalf("settings marker %+v: %s", m, got)
+	}
+	if m3, _ := k.SettingsMarker("villa", 3); m3.Hash == m.Hash {
+		t.Fatal("the markers of two revisions share a hash")
+	}
 }

@@ -38,7 +38,7 @@ func (s *anchoredStore) ListAnchorEvents(ctx context.Context) ([]store.AnchorEve
 func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
 	var t *anchoredTx
 	err := s.Store.InTx(ctx, func(tx store.Tx) error {
-		t = &anchoredTx{Tx: tx, a: s.a, keys: map[string]bool{}, versions: map[string]bool{}, minted: map[string]bool{}}
+		t = &anchoredTx{Tx: tx, a: s.a, keys: map[string]bool{}, keyRev: map[string]int64{}, versions: map[string]bool{}, minted: map[string]bool{}}
 		if err := fn(t); err != nil {
 			return err
 		}
@@ -61,26 +61,50 @@ func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error
 type anchoredTx struct {
 	store.Tx
 	a        *Anchor
-	keys     map[string]bool // written key names
-	versions map[string]bool // written kids
-	minted   map[string]bool // kids inserted
-	order    []string        // kids in write order
+	keys     map[string]bool  // written key names
+	keyRev   map[string]int64 // their settings revision before this transaction
+	versions map[string]bool  // written kids
+	minted   map[string]bool  // kids inserted
+	order    []string         // kids in write order
 	audits   []store.AuditEvent
 	events   []Event
 }
 
 func (t *anchoredTx) InsertKey(ctx context.Context, k store.Key) error {
 	t.keys[k.Name] = true
+	if _, ok := t.keyRev[k.Name]; !ok {
+		t.keyRev[k.Name] = k.SettingsRev
+	}
 	return t.Tx.InsertKey(ctx, k)
 }
 
-func (t *anchoredTx) UpdateKeyPolicy(ctx context.Context, name string, policy []byte) error {
+// settingsChange notes the key's settings revision before its first
+// change in this transaction: finish writes a marker for every revision
+// after it.
+func (t *anchoredTx) settingsChange(ctx context.Context, name string) error {
 	t.keys[name] = true
+	if _, ok := t.keyRev[name]; ok {
+		return nil
+	}
+	k, err := t.Tx.GetKey(ctx, name)
+	if err != nil {
+		return err
+	}
+	t.keyRev[name] = k.SettingsRev
+	return nil
+}
+
+func (t *anchoredTx) UpdateKeyPolicy(ctx context.Context, name string, policy []byte) error {
+	if err := t.settingsChange(ctx, name); err != nil {
+		return err
+	}
 	return t.Tx.UpdateKeyPolicy(ctx, name, policy)
 }
 
 func (t *anchoredTx) UpdateKeyBackend(ctx context.Context, name, backend string) error {
-	t.keys[name] = true
+	if err := t.settingsChange(ctx, name); err != nil {
+		return err
+	}
 	return t.Tx.UpdateKeyBackend(ctx, name, backend)
 }
 
@@ -178,6 +202,25 @@ func (t *anchoredTx) finish(ctx context.Context) error {
 			return err
 		}
 		evs = append(evs, ev)
+		from, ok := t.keyRev[name]
+		if !ok {
+			from = k.SettingsRev
+		}
+		for r := from + 1; r <= k.SettingsRev; r++ {
+			m, err := t.a.key.SettingsMarker(name, r)
+			if err != nil {
+				return err
+			}
+			present, err := t.a.markerPresent(ctx, m, false)
+			if err != nil {
+				return fmt.Errorf("%w: key %s never had settings revision %d: %w", rotation.ErrHistoryUnconfirmed, name, r, err)
+			}
+			if present {
+				t.a.log.Error("refusing to change key settings: the transparency log records a later settings revision than key history holds (altered, or restored from an older backup)", "key", name, "settings_rev", r)
+				return fmt.Errorf("anchor: key %s: the transparency log records settings revision %d that key history lacks: %w", name, r, rotation.ErrHistoryNotBacked)
+			}
+			evs = append(evs, m)
+		}
 	}
 	for _, kid := range t.order {
 		v, err := t.Tx.GetVersion(ctx, kid)

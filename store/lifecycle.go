@@ -152,7 +152,7 @@ func (o ops) ReadHistory(ctx context.Context) (History, error) {
 		var policy sql.NullString
 		var state, jwk string
 		err := scan(&epoch,
-			&k.Name, &k.Issuer, &k.Algorithm, &k.Backend, &k.JWKSURL, &policy, timeCol{&k.CreatedAt}, &k.CreatedBy,
+			&k.Name, &k.Issuer, &k.Algorithm, &k.Backend, &k.JWKSURL, &policy, timeCol{&k.CreatedAt}, &k.CreatedBy, &k.SettingsRev,
 			&v.KID, &v.KeyName, &v.Algorithm, &v.BackendRef, &v.SealedPrivateKey, &jwk, &state,
 			timeCol{&v.CreatedAt}, nullTimeCol{&v.PublishedAt}, nullTimeCol{&v.ActivatesAt},
 			nullTimeCol{&v.ActivatedAt}, nullTimeCol{&v.RetiredAt}, nullTimeCol{&v.RevokedAt},

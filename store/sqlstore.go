@@ -324,12 +324,12 @@ func decodeTime(src any) (t time.Time, ok bool, err error) {
 
 // --- keys ---------------------------------------------------------------
 
-const keyCols = `name, issuer, algorithm, backend, jwks_url, policy, created_at, created_by`
+const keyCols = `name, issuer, algorithm, backend, jwks_url, policy, created_at, created_by, settings_rev`
 
 func scanKey(scan func(...any) error) (Key, error) {
 	var k Key
 	var policy sql.NullString
-	err := scan(&k.Name, &k.Issuer, &k.Algorithm, &k.Backend, &k.JWKSURL, &policy, timeCol{&k.CreatedAt}, &k.CreatedBy)
+	err := scan(&k.Name, &k.Issuer, &k.Algorithm, &k.Backend, &k.JWKSURL, &policy, timeCol{&k.CreatedAt}, &k.CreatedBy, &k.SettingsRev)
 	k.Policy = nullText(policy)
 	return k, err
 }
@@ -379,16 +379,16 @@ func (t *sqlTx) LockKey(ctx context.Context, name string) (Key, error) {
 // ErrConflict if a key with that name exists.
 func (t *sqlTx) InsertKey(ctx context.Context, k Key) error {
 	_, err := t.exec(ctx, fmt.Sprintf("insert key %q", k.Name),
-		`INSERT INTO keys (`+keyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		k.Name, k.Issuer, k.Algorithm, k.Backend, k.JWKSURL, text(k.Policy), t.ts(k.CreatedAt), k.CreatedBy)
+		`INSERT INTO keys (`+keyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		k.Name, k.Issuer, k.Algorithm, k.Backend, k.JWKSURL, text(k.Policy), t.ts(k.CreatedAt), k.CreatedBy, k.SettingsRev)
 	return err
 }
 
-// UpdateKeyPolicy replaces the key's policy (nil or empty: none).
-// ErrNotFound if absent.
+// UpdateKeyPolicy replaces the key's policy (nil or empty: none) and
+// moves its SettingsRev on by one. ErrNotFound if absent.
 func (t *sqlTx) UpdateKeyPolicy(ctx context.Context, name string, policy []byte) error {
 	op := fmt.Sprintf("update policy of key %q", name)
-	n, err := t.exec(ctx, op, `UPDATE keys SET policy = ? WHERE name = ?`, text(policy), name)
+	n, err := t.exec(ctx, op, `UPDATE keys SET policy = ?, settings_rev = settings_rev + 1 WHERE name = ?`, text(policy), name)
 	if err != nil {
 		return err
 	}
@@ -398,10 +398,11 @@ func (t *sqlTx) UpdateKeyPolicy(ctx context.Context, name string, policy []byte)
 	return nil
 }
 
-// UpdateKeyBackend implements Tx.UpdateKeyBackend.
+// UpdateKeyBackend implements Tx.UpdateKeyBackend (SettingsRev moves on
+// by one).
 func (t *sqlTx) UpdateKeyBackend(ctx context.Context, name, backend string) error {
 	op := fmt.Sprintf("update backend of key %q", name)
-	n, err := t.exec(ctx, op, `UPDATE keys SET backend = ? WHERE name = ?`, backend, name)
+	n, err := t.exec(ctx, op, `UPDATE keys SET backend = ?, settings_rev = settings_rev + 1 WHERE name = ?`, backend, name)
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,10 @@ type Key struct {
 	Policy    []byte    // rotation policy as JSON (opaque to the store); may be nil
 	CreatedAt time.Time // UTC, microsecond precision
 	CreatedBy string    // actor that created it
+	// SettingsRev counts the changes of the key's settings: 0 as created,
+	// +1 with every UpdateKeyPolicy and UpdateKeyBackend (ADR 0036: the
+	// transparency log holds a marker of every revision).
+	SettingsRev int64
 }
 
 // KeyVersion is one key material of a Key, identified by its kid (K1). A kid

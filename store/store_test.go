@@ -114,7 +114,7 @@ func testMigrations(t *testing.T, cfg func(t *testing.T) Config, kind string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(applied, []int64{1, 2, 3, 5, 6, 7}) {
+		if !reflect.DeepEqual(applied, []int64{1, 2, 3, 5, 6, 7, 8}) {
 			t.Fatalf("first Migrate applied %v, want [1 2 3 5 6 7]", applied)
 		}
 		applied, err = Migrate(ctx, c)
@@ -415,14 +415,21 @@ func runSuite(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("update key policy", func(t *testing.T) {
 		s := open(t)
 		tx(t, s, func(tx Tx) error { return tx.InsertKey(ctx, key("k")) })
-		for _, p := range [][]byte{[]byte(`{"b": 1,"a":2}`), nil} {
+		if got, _ := s.GetKey(ctx, "k"); got.SettingsRev != 0 {
+			t.Fatalf("settings revision of a new key: %d, want 0", got.SettingsRev)
+		}
+		for i, p := range [][]byte{[]byte(`{"b": 1,"a":2}`), nil} {
 			tx(t, s, func(tx Tx) error { return tx.UpdateKeyPolicy(ctx, "k", p) })
 			got, err := s.GetKey(ctx, "k")
 			if err != nil {
 				t.Fatal(err)
 			}
 			equal(t, "policy", got.Policy, p)
+			equal(t, "settings revision", got.SettingsRev, int64(i+1))
 		}
+		tx(t, s, func(tx Tx) error { return tx.UpdateKeyBackend(ctx, "k", "pkcs11") })
+		got, _ := s.GetKey(ctx, "k")
+		equal(t, "settings revision after a backend change", got.SettingsRev, int64(3))
 	})
 
 	t.Run("duplicate key name", func(t *testing.T) {

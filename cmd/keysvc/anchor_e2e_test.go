@@ -239,6 +239,51 @@ func anchorAttacks(t *testing.T, pgURL string) {
 		waitReadyz(t, srv, true, "ready")
 	})
 
+	t.Run("rolled-back key settings", func(t *testing.T) {
+		before, err := st.GetKey(ctx, "villa")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetPolicy(ctx, "villa", client.Policy{RotationPeriod: "720h", Prepublish: "1h"}, "anchor test: a monthly rotation"); err != nil {
+			t.Fatal(err)
+		}
+		after, err := st.GetKey(ctx, "villa")
+		if err != nil || after.SettingsRev != before.SettingsRev+1 {
+			t.Fatalf("settings revision %d after a policy change from %d: %v", after.SettingsRev, before.SettingsRev, err)
+		}
+		waitReadyz(t, srv, true, "ready")
+		inLog(t, must(evKey.SettingsMarker("villa", after.SettingsRev)))
+		policy := func(k store.Key) any {
+			if k.Policy == nil {
+				return nil
+			}
+			return string(k.Policy)
+		}
+		// The row as it was before the change: an older value whose fact
+		// the log really holds.
+		db.exec(t, `UPDATE keys SET policy = ?, settings_rev = ? WHERE name = 'villa'`, policy(before), before.SettingsRev)
+		want := fmt.Sprintf("key villa: the transparency log records settings revision %d, but key history holds revision %d", after.SettingsRev, before.SettingsRev)
+		out, errOut, code := runCLI(t, e.env, "anchor", "check", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", logSrv.URL)
+		if code != 1 || !strings.Contains(out, "NOT BACKED: "+want) {
+			t.Fatalf("anchor check after the rollback: %d %s%s", code, out, errOut)
+		}
+		for _, fresh := range []bool{false, true} {
+			if fresh {
+				restart(t)
+			}
+			body := waitReadyz(t, srv, false, want)
+			if publishedAnywhere(t, c, "villa", v2) {
+				t.Fatalf("a key with rolled-back settings is published (fresh process %v): %s", fresh, body)
+			}
+		}
+		var ce *client.Error
+		if _, err := c.Sign(ctx, "villa", map[string]any{"n": 4}, ""); !errors.As(err, &ce) || ce.Status != 409 || ce.Code != "key_history_not_backed" {
+			t.Fatalf("sign with rolled-back key settings: %v", err)
+		}
+		db.exec(t, `UPDATE keys SET policy = ?, settings_rev = ? WHERE name = 'villa'`, policy(after), after.SettingsRev)
+		waitReadyz(t, srv, true, "ready")
+	})
+
 	t.Run("un-revoked version", func(t *testing.T) {
 		time.Sleep(1100 * time.Millisecond)
 		if _, _, err := c.Revoke(ctx, v1, time.Now().UTC().Add(-time.Second).Format(time.RFC3339Nano), "anchor test: compromised"); err != nil {
