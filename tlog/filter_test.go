@@ -92,22 +92,9 @@ func filterSubs(from, n int) []tlogfmt.Submission {
 // kept (o.loading) and land in the filter too; a re-submitted hash is
 // still one entry.
 func TestFilterLoadedFromIndex(t *testing.T) {
-	dir := t.TempDir()
-	seed, _ := hex.DecodeString("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
-	cfg := Config{Dir: dir, Origin: "log.example.test/vrp", Signer: ed25519.NewKeyFromSeed(seed), CheckpointInterval: 100 * time.Millisecond}
+	cfg := closedLog(t, 300)
 	ctx := context.Background()
 	op, err := New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := op.Add(ctx, filterSubs(0, 300)); err != nil {
-		t.Fatal(err)
-	}
-	if err := op.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	op, err = New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,4 +139,24 @@ func TestFilterLoadedFromIndex(t *testing.T) {
 	if err != nil || *sep.Entries[0].LeafIndex != 310 {
 		t.Fatalf("re-submitted hash 1010: %v %+v, want leaf 310", err, sep)
 	}
+}
+
+// closedLog makes a log in a new directory with the n entries
+// filterSubs(0, n), closes it and returns its configuration.
+func closedLog(t *testing.T, n int) Config {
+	t.Helper()
+	seed, _ := hex.DecodeString("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+	cfg := Config{Dir: t.TempDir(), Origin: "log.example.test/vrp", Signer: ed25519.NewKeyFromSeed(seed), CheckpointInterval: 100 * time.Millisecond}
+	ctx := context.Background()
+	op, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := op.Add(ctx, filterSubs(0, n)); err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

@@ -2,14 +2,11 @@ package tlog
 
 import (
 	"context"
-	"crypto/ed25519"
 	"database/sql"
-	"encoding/hex"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 )
 
 func testIndexRow(seq, leaf uint64) indexRow {
@@ -86,21 +83,8 @@ func TestHashIndexFollow(t *testing.T) {
 // the index from the log before New returns, and answers look-ups and
 // re-submissions with the log's own leaf indexes.
 func TestIndexRebuiltFromLog(t *testing.T) {
-	dir := t.TempDir()
-	seed, _ := hex.DecodeString("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
-	cfg := Config{Dir: dir, Origin: "log.example.test/vrp", Signer: ed25519.NewKeyFromSeed(seed), CheckpointInterval: 100 * time.Millisecond}
-	ctx := context.Background()
-	op, err := New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := op.Add(ctx, filterSubs(0, 600)); err != nil {
-		t.Fatal(err)
-	}
-	if err := op.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-
+	cfg := closedLog(t, 600)
+	dir, ctx := cfg.Dir, context.Background()
 	if err := os.RemoveAll(filepath.Join(dir, "index")); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +106,7 @@ func TestIndexRebuiltFromLog(t *testing.T) {
 	}
 	db.Close()
 
-	op, err = New(ctx, cfg)
+	op, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
