@@ -597,7 +597,7 @@ func (o *Operator) kickFollower() {
 }
 
 // loadFilter fills the artifact-hash filter from the index, in the
-// background (~1.5 µs per indexed hash here: 1.1 s for 757,306). Until it
+// background (~0.3 µs per indexed hash here: 0.44 s for 1.59 M). Until it
 // is done every look-up reads the index. The scan is one iterator, so one
 // snapshot of the index (Pebble): rows committed after New set
 // o.loading are in the scan or, from the follower, in o.loading, or both;
