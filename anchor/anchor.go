@@ -520,12 +520,22 @@ func (a *Anchor) bootstrap(ctx context.Context, boot Event) error {
 		if err != nil {
 			return err
 		}
+		rows, err := tx.ListAudit(ctx, 0, 0)
+		if err != nil {
+			return err
+		}
 		for _, k := range hist.Keys {
 			e, err := a.key.KeyFact(k)
 			if err != nil {
 				return err
 			}
 			evs = append(evs, e)
+			// Every settings change appends an audit row, so a revision
+			// past their number was written by hand (and would have this
+			// loop sign without end).
+			if k.SettingsRev > int64(len(rows)) {
+				return fmt.Errorf("anchor: key %s is at settings revision %d, more than the %d audit rows: refusing to anchor it", k.Name, k.SettingsRev, len(rows))
+			}
 			for r := int64(1); r <= k.SettingsRev; r++ {
 				m, err := a.key.SettingsMarker(k.Name, r)
 				if err != nil {
@@ -541,10 +551,6 @@ func (a *Anchor) bootstrap(ctx context.Context, boot Event) error {
 				evs = append(evs, more...)
 			}
 			nk, nv = nk+1, nv+len(hist.Versions[k.Name])
-		}
-		rows, err := tx.ListAudit(ctx, 0, 0)
-		if err != nil {
-			return err
 		}
 		if broken, err := store.VerifyAuditChain(rows); err != nil || broken != 0 {
 			return fmt.Errorf("anchor: the audit chain is broken at row %d (%v): refusing to anchor it", broken, err)

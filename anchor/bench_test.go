@@ -2,12 +2,14 @@ package anchor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keysvc/keysvc/rotation"
 	"github.com/keysvc/keysvc/store"
 	"github.com/keysvc/keysvc/tlogclient"
 )
@@ -155,6 +157,109 @@ func BenchmarkCheck(b *testing.B) {
 	for b.Loop() {
 		if v := a.Check(context.Background(), h); len(v.Versions) != 0 {
 			b.Fatal(v)
+		}
+	}
+}
+
+// TestBootstrapSettingsRev: the first start anchors a key's settings
+// markers 1..n on trust, but refuses a revision larger than the number of
+// audit rows (every settings change appends one): a revision written by
+// hand must not make it sign markers without end (ADR 0036).
+func TestBootstrapSettingsRev(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		rev     int64
+		wantErr string
+	}{
+		{1, ""},
+		{1 << 40, "anchor: key key00 is at settings revision 1099511627776, more than the 1 audit rows: refusing to anchor it"},
+	} {
+		a := newTestAnchor(t, &emptyLog{})
+		h := history(1, 1)
+		k := h.Keys[0]
+		k.SettingsRev = c.rev
+		err := a.st.InTx(ctx, func(tx store.Tx) error {
+			if err := tx.InsertKey(ctx, k); err != nil {
+				return err
+			}
+			if err := tx.InsertVersion(ctx, h.Versions[k.Name][0]); err != nil {
+				return err
+			}
+			_, err := tx.AppendAudit(ctx, store.AuditEvent{Actor: "alice", Action: "key.policy", KeyName: k.Name})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = a.Start(ctx)
+		if c.wantErr != "" {
+			if err == nil || err.Error() != c.wantErr {
+				t.Fatalf("revision %d: Start: %v, want %q", c.rev, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("revision %d: Start: %v", c.rev, err)
+		}
+		m, err := a.key.SettingsMarker(k.Name, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := a.as.AnchorEventsByHash(ctx, [][32]byte{m.Hash})
+		if err != nil || len(got) != 1 {
+			t.Fatalf("revision 1: the bootstrap stored %d settings markers (%v), want 1", len(got), err)
+		}
+	}
+}
+
+// TestSettingsChangeBehindLog: a policy change whose revision's marker the
+// log already holds (key history is behind the log: rolled back, or an
+// older backup) is refused and leaves the key as it was; a change to a
+// revision the log does not know writes its marker (ADR 0036).
+func TestSettingsChangeBehindLog(t *testing.T) {
+	ctx := context.Background()
+	a := newTestAnchor(t, &emptyLog{})
+	st := a.Wrap(a.st)
+	h := history(1, 1)
+	k := h.Keys[0]
+	if err := st.InTx(ctx, func(tx store.Tx) error {
+		if err := tx.InsertKey(ctx, k); err != nil {
+			return err
+		}
+		return tx.InsertVersion(ctx, h.Versions[k.Name][0])
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m1, _ := a.key.SettingsMarker(k.Name, 1)
+	a.learn(m1)
+	err := st.InTx(ctx, func(tx store.Tx) error { return tx.UpdateKeyPolicy(ctx, k.Name, []byte(`{"rotation_period":"720h"}`)) })
+	if !errors.Is(err, rotation.ErrHistoryNotBacked) || !strings.Contains(err.Error(), "records settings revision 1 that key history lacks") {
+		t.Fatalf("change behind the log: %v", err)
+	}
+	if got, err := a.st.GetKey(ctx, k.Name); err != nil || got.SettingsRev != 0 || got.Policy != nil {
+		t.Fatalf("key after the refused change: %+v, %v", got, err)
+	}
+
+	b := newTestAnchor(t, &emptyLog{}) // a log that knows no revision
+	st = b.Wrap(b.st)
+	if err := st.InTx(ctx, func(tx store.Tx) error {
+		if err := tx.InsertKey(ctx, k); err != nil {
+			return err
+		}
+		if err := tx.InsertVersion(ctx, h.Versions[k.Name][0]); err != nil {
+			return err
+		}
+		if err := tx.UpdateKeyPolicy(ctx, k.Name, []byte(`{"rotation_period":"720h"}`)); err != nil {
+			return err
+		}
+		return tx.UpdateKeyBackend(ctx, k.Name, "pkcs11")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for r := int64(1); r <= 2; r++ {
+		m, _ := b.key.SettingsMarker(k.Name, r)
+		if got, err := b.as.AnchorEventsByHash(ctx, [][32]byte{m.Hash}); err != nil || len(got) != 1 {
+			t.Fatalf("marker of revision %d after two changes in one transaction: %d stored, %v", r, len(got), err)
 		}
 	}
 }

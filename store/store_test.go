@@ -115,7 +115,7 @@ func testMigrations(t *testing.T, cfg func(t *testing.T) Config, kind string) {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(applied, []int64{1, 2, 3, 5, 6, 7, 8}) {
-			t.Fatalf("first Migrate applied %v, want [1 2 3 5 6 7]", applied)
+			t.Fatalf("first Migrate applied %v, want [1 2 3 5 6 7 8]", applied)
 		}
 		applied, err = Migrate(ctx, c)
 		if err != nil || len(applied) != 0 {
