@@ -169,9 +169,11 @@ func (x *hashIndex) follow(from, to uint64, rows []indexRow, maybeIndexed []bool
 	}
 	b := x.db.NewBatch()
 	defer b.Close()
-	inBatch := map[string]struct{}{}
+	inBatch := make(map[[32]byte]struct{}, len(rows)) // fixed-size keys: no allocation per row
 	for i, r := range rows {
-		if _, dup := inBatch[string(r.hash)]; dup {
+		var h [32]byte
+		copy(h[:], r.hash)
+		if _, dup := inBatch[h]; dup {
 			continue
 		}
 		if maybeIndexed[i] {
@@ -181,7 +183,7 @@ func (x *hashIndex) follow(from, to uint64, rows []indexRow, maybeIndexed []bool
 				continue
 			}
 		}
-		inBatch[string(r.hash)] = struct{}{}
+		inBatch[h] = struct{}{}
 		if err := b.Set(hashKey(r.hash), encodeIndexed(r.indexed), nil); err != nil {
 			return err
 		}
