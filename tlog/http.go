@@ -140,27 +140,33 @@ func (o *Operator) internal(w http.ResponseWriter, what string, err error) {
 // readJSON enforces Content-Type application/json (charset utf-8 if any),
 // the size limit and strict JSON (internal/strictjson), then decodes into v.
 func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
+	_, ok := readJSONBody(w, r, limit, v)
+	return ok
+}
+
+// readJSONBody is readJSON that also returns the body as received.
+func readJSONBody(w http.ResponseWriter, r *http.Request, limit int64, v any) ([]byte, bool) {
 	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, tlogfmt.CodeUnsupportedMediaType, "Content-Type must be application/json")
-		return false
+		return nil, false
 	}
 	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") {
 		writeError(w, http.StatusUnsupportedMediaType, tlogfmt.CodeUnsupportedMediaType, "charset must be utf-8")
-		return false
+		return nil, false
 	}
 	if r.ContentLength > limit {
 		writeError(w, http.StatusRequestEntityTooLarge, tlogfmt.CodeBodyTooLarge, "request body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
-		return false
+		return nil, false
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, strictjson.CodeInvalidJSON, "reading request body failed")
-		return false
+		return nil, false
 	}
 	if int64(len(body)) > limit {
 		writeError(w, http.StatusRequestEntityTooLarge, tlogfmt.CodeBodyTooLarge, "request body exceeds "+strconv.FormatInt(limit, 10)+" bytes")
-		return false
+		return nil, false
 	}
 	if err := strictjson.Decode(body, v, strictjson.Limits{}); err != nil {
 		var se *strictjson.Error
@@ -169,9 +175,9 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
 		} else {
 			writeError(w, http.StatusBadRequest, strictjson.CodeInvalidJSON, "body is not valid JSON")
 		}
-		return false
+		return nil, false
 	}
-	return true
+	return body, true
 }
 
 func (o *Operator) handleAdd(w http.ResponseWriter, r *http.Request) {
@@ -183,8 +189,17 @@ func (o *Operator) handleAdd(w http.ResponseWriter, r *http.Request) {
 }
 
 func (o *Operator) handleAddBatch(w http.ResponseWriter, r *http.Request) {
+	// ?promise=entries (the default: the SEP echoes every entry) or
+	// ?promise=digest (one SEP over the body's SHA-256; ADR 0038).
+	q := r.URL.Query()
+	form := q.Get("promise")
+	if len(q["promise"]) > 1 || (form != "" && form != "entries" && form != "digest") {
+		writeError(w, http.StatusBadRequest, tlogfmt.CodeInvalidRequest, "promise must be entries or digest, once")
+		return
+	}
 	var req tlogfmt.AddBatchRequest
-	if !readJSON(w, r, MaxAddBatchBodyBytes, &req) {
+	body, ok := readJSONBody(w, r, MaxAddBatchBodyBytes, &req)
+	if !ok {
 		return
 	}
 	if len(req.Entries) == 0 {
@@ -195,11 +210,22 @@ func (o *Operator) handleAddBatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, tlogfmt.CodeBatchTooLarge, "entries holds more than "+strconv.Itoa(tlogfmt.MaxBatchEntries)+" entries")
 		return
 	}
+	if form == "digest" {
+		jws, _, err := o.AddDigest(r.Context(), req.Entries, sha256.Sum256(body))
+		o.answerAdd(w, jws, err)
+		return
+	}
 	o.add(w, r, req.Entries)
 }
 
 func (o *Operator) add(w http.ResponseWriter, r *http.Request, subs []tlogfmt.Submission) {
 	jws, _, err := o.Add(r.Context(), subs)
+	o.answerAdd(w, jws, err)
+}
+
+// answerAdd writes the answer of add and add-batch: {"sep": jws}, or the
+// error of Add/AddDigest.
+func (o *Operator) answerAdd(w http.ResponseWriter, jws string, err error) {
 	switch {
 	case errors.Is(err, ErrInvalid):
 		writeError(w, http.StatusBadRequest, tlogfmt.CodeInvalidRequest, strings.TrimPrefix(err.Error(), "tlog: "))

@@ -402,7 +402,51 @@ func (o *Operator) Close(ctx context.Context) error {
 // that did get sequenced are deduplicated on retry).
 func (o *Operator) Add(ctx context.Context, subs []tlogfmt.Submission) (string, tlogfmt.SEP, error) {
 	start := time.Now()
-	jws, sep, added, err := o.addEntries(ctx, subs)
+	done, added, err := o.sequence(ctx, subs)
+	var jws string
+	var sep tlogfmt.SEP
+	if err == nil {
+		sep = tlogfmt.SEP{LogID: o.key.Origin, MMDSeconds: uint64(o.cfg.MMD / time.Second), Entries: make([]tlogfmt.SEPEntry, len(subs))}
+		for i, p := range done {
+			idx := p.index
+			sep.Entries[i] = tlogfmt.SEPEntry{ArtifactHash: subs[i].ArtifactHash, ArtifactType: p.typ, LeafIndex: &idx, LoggedAt: p.loggedAt}
+		}
+		sep.Timestamp = o.cfg.Now()
+		if jws, err = tlogfmt.SignSEP(o.jws, sep); err != nil {
+			err = fmt.Errorf("tlog: SEP: %w", err)
+		}
+	}
+	o.observeResult(start, added, err)
+	if err != nil {
+		return "", tlogfmt.SEP{}, err
+	}
+	return jws, sep, nil
+}
+
+// AddDigest is Add answered with a digest Signed Entry Promise (ADR 0038,
+// POST add-batch?promise=digest): one promise of constant size for every
+// entry of the request body whose SHA-256 is bodySHA256, instead of one
+// echoed entry per submission. Same sequencing, deduplication and errors
+// as Add; the caller hashes the body it decoded subs from.
+func (o *Operator) AddDigest(ctx context.Context, subs []tlogfmt.Submission, bodySHA256 [32]byte) (string, tlogfmt.SEPDigest, error) {
+	start := time.Now()
+	_, added, err := o.sequence(ctx, subs)
+	var jws string
+	var d tlogfmt.SEPDigest
+	if err == nil {
+		d = tlogfmt.SEPDigest{LogID: o.key.Origin, MMDSeconds: uint64(o.cfg.MMD / time.Second), Count: uint64(len(subs)), BodySHA256: bodySHA256, Timestamp: o.cfg.Now()}
+		if jws, err = tlogfmt.SignSEPDigest(o.jws, d); err != nil {
+			err = fmt.Errorf("tlog: SEP: %w", err)
+		}
+	}
+	o.observeResult(start, added, err)
+	if err != nil {
+		return "", tlogfmt.SEPDigest{}, err
+	}
+	return jws, d, nil
+}
+
+func (o *Operator) observeResult(start time.Time, added int, err error) {
 	switch {
 	case err == nil:
 		o.observeAdd(start, "ok", added)
@@ -411,20 +455,23 @@ func (o *Operator) Add(ctx context.Context, subs []tlogfmt.Submission) (string, 
 	default:
 		o.observeAdd(start, "unavailable", 0)
 	}
-	return jws, sep, err
 }
 
-func (o *Operator) addEntries(ctx context.Context, subs []tlogfmt.Submission) (string, tlogfmt.SEP, int, error) {
+// sequence validates subs, hands the new ones to Tessera and waits until
+// every entry (new, in flight from another request, or already indexed)
+// is sequenced and integrated. It returns each submission's entry, in
+// order, and how many were new.
+func (o *Operator) sequence(ctx context.Context, subs []tlogfmt.Submission) ([]*pendingEntry, int, error) {
 	if len(subs) == 0 || len(subs) > tlogfmt.MaxBatchEntries {
-		return "", tlogfmt.SEP{}, 0, fmt.Errorf("%w: 1 to %d entries", ErrInvalid, tlogfmt.MaxBatchEntries)
+		return nil, 0, fmt.Errorf("%w: 1 to %d entries", ErrInvalid, tlogfmt.MaxBatchEntries)
 	}
 	hashes := make([][32]byte, len(subs))
 	for i, s := range subs {
 		if !tlogfmt.ValidArtifactType(s.ArtifactType) {
-			return "", tlogfmt.SEP{}, 0, fmt.Errorf("%w: entry %d: artifact_type is not a v0.1 artifact type", ErrInvalid, i)
+			return nil, 0, fmt.Errorf("%w: entry %d: artifact_type is not a v0.1 artifact type", ErrInvalid, i)
 		}
 		if !tlogfmt.ValidArtifactHash(s.ArtifactHash) {
-			return "", tlogfmt.SEP{}, 0, fmt.Errorf("%w: entry %d: artifact_hash is not sha256:<64 lower-case hex>", ErrInvalid, i)
+			return nil, 0, fmt.Errorf("%w: entry %d: artifact_hash is not sha256:<64 lower-case hex>", ErrInvalid, i)
 		}
 		hex.Decode(hashes[i][:], []byte(s.ArtifactHash[len("sha256:"):])) //nolint:errcheck // validated above
 	}
@@ -461,7 +508,7 @@ func (o *Operator) addEntries(ctx context.Context, subs []tlogfmt.Submission) (s
 	found, err := o.idx.lookupMany(ask)
 	if err != nil {
 		o.mu.Unlock()
-		return "", tlogfmt.SEP{}, 0, fmt.Errorf("%w: index: %v", ErrUnavailable, err)
+		return nil, 0, fmt.Errorf("%w: index: %v", ErrUnavailable, err)
 	}
 	for i := range slots {
 		sl := &slots[i]
@@ -522,33 +569,25 @@ func (o *Operator) addEntries(ctx context.Context, subs []tlogfmt.Submission) (s
 	}
 	o.kickFollower()
 	if firstErr != nil {
-		return "", tlogfmt.SEP{}, 0, fmt.Errorf("%w: %v", ErrUnavailable, firstErr)
+		return nil, 0, fmt.Errorf("%w: %v", ErrUnavailable, firstErr)
 	}
-	sep := tlogfmt.SEP{LogID: o.key.Origin, MMDSeconds: uint64(o.cfg.MMD / time.Second), Entries: make([]tlogfmt.SEPEntry, len(subs))}
+	done := make([]*pendingEntry, len(slots))
+	added := 0
 	for i, sl := range slots {
 		select {
 		case <-sl.p.done:
 		case <-ctx.Done():
-			return "", tlogfmt.SEP{}, 0, ctx.Err()
+			return nil, 0, ctx.Err()
 		}
 		if sl.p.err != nil {
-			return "", tlogfmt.SEP{}, 0, fmt.Errorf("%w: %v", ErrUnavailable, sl.p.err)
+			return nil, 0, fmt.Errorf("%w: %v", ErrUnavailable, sl.p.err)
 		}
-		idx := sl.p.index
-		sep.Entries[i] = tlogfmt.SEPEntry{ArtifactHash: subs[i].ArtifactHash, ArtifactType: sl.p.typ, LeafIndex: &idx, LoggedAt: sl.p.loggedAt}
-	}
-	sep.Timestamp = o.cfg.Now()
-	jws, err := tlogfmt.SignSEP(o.jws, sep)
-	if err != nil {
-		return "", tlogfmt.SEP{}, 0, fmt.Errorf("tlog: SEP: %w", err)
-	}
-	added := 0
-	for _, sl := range slots {
+		done[i] = sl.p
 		if sl.mine {
 			added++
 		}
 	}
-	return jws, sep, added, nil
+	return done, added, nil
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

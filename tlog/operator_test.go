@@ -162,6 +162,26 @@ func TestAddProofVerifies(t *testing.T) {
 	if fmt.Sprint(idx) != "[1 2 0]" {
 		t.Fatalf("batch leaf indexes %v, want [1 2 0] (the repeated hash keeps index 0)", idx)
 	}
+	// The same batch with ?promise=digest (ADR 0038): nothing is added
+	// again, and the promise is of the body's SHA-256 and count.
+	digestBatch := strings.Replace(batch, artifact(0), artifact(3), 1)
+	code, body = post(t, base+tlogfmt.PathPrefix+"add-batch?promise=digest", "application/json", digestBatch)
+	if code != http.StatusOK {
+		t.Fatalf("add-batch?promise=digest: %d %s", code, body)
+	}
+	if err := json.Unmarshal(body, &ar); err != nil {
+		t.Fatal(err)
+	}
+	d, _, err := tlogfmt.VerifySEPDigest(ar.SEP, []tlogfmt.LogKey{op.Key()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Count != 3 || d.BodySHA256 != sha256.Sum256([]byte(digestBatch)) || d.LogID != origin || d.MMDSeconds != 60 {
+		t.Fatalf("digest SEP %+v", d)
+	}
+	if p := waitProof(t, base, artifact(3)); p.LeafIndex != 3 {
+		t.Fatalf("the digest-promised new entry is leaf %d, want 3", p.LeafIndex)
+	}
 
 	// Each proof is a tlog member the existing verifier accepts.
 	code, jwksBody := get(t, base+tlogfmt.PathPrefix+"jwks.json")
@@ -375,6 +395,9 @@ func TestHTTPErrors(t *testing.T) {
 		{"oversized add", "POST", "add", "application/json", `{"artifact_type":"` + strings.Repeat("a", 5000) + `"}`, 413, "body_too_large"},
 		{"empty batch", "POST", "add-batch", "application/json", `{"entries":[]}`, 400, "invalid_request"},
 		{"batch too large", "POST", "add-batch", "application/json", many, 400, "batch_too_large"},
+		{"unknown promise form", "POST", "add-batch?promise=all", "application/json", `{"entries":[` + okBody + `]}`, 400, "invalid_request"},
+		{"promise form twice", "POST", "add-batch?promise=digest&promise=digest", "application/json", `{"entries":[` + okBody + `]}`, 400, "invalid_request"},
+		{"digest of an empty batch", "POST", "add-batch?promise=digest", "application/json", `{"entries":[]}`, 400, "invalid_request"},
 		{"GET add", "GET", "add", "", "", 405, "method_not_allowed"},
 		{"POST sth", "POST", "sth", "application/json", "{}", 405, "method_not_allowed"},
 		{"no such endpoint", "GET", "nope", "", "", 404, "not_found"},

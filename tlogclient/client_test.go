@@ -40,6 +40,9 @@ type testLog struct {
 	dir  string
 	down atomic.Bool
 	adds atomic.Int64 // add-batch requests answered
+	// echoOnly drops add-batch's query, as a log from before ADR 0038
+	// (which ignores ?promise=digest and echoes every entry) would.
+	echoOnly atomic.Bool
 }
 
 func startLog(t *testing.T, mods ...func(*tlog.Config)) *testLog {
@@ -63,6 +66,9 @@ func startLog(t *testing.T, mods ...func(*tlog.Config)) *testLog {
 		}
 		if strings.HasSuffix(r.URL.Path, "/add-batch") {
 			defer l.adds.Add(1)
+			if l.echoOnly.Load() {
+				r.URL.RawQuery = ""
+			}
 		}
 		h.ServeHTTP(w, r)
 	}))
@@ -402,11 +408,42 @@ func TestPromiseChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := l.httpLog(t, tlogclient.WithLogKeys(right)).AddBatch(context.Background(),
-		[]tlogclient.Entry{{ArtifactType: "vrp_attestation", ArtifactHash: tlogclient.HashArtifact("y")}})
-	if err != nil || p.LogID != origin || len(p.Entries) != 1 || p.Entries[0].LeafIndex < 0 {
+	entries := []tlogclient.Entry{{ArtifactType: "vrp_attestation", ArtifactHash: tlogclient.HashArtifact("y")}}
+	p, err := l.httpLog(t, tlogclient.WithLogKeys(right)).AddBatch(context.Background(), entries)
+	// A digest promise (ADR 0038): of the body's SHA-256, no entries echoed.
+	wantBody := `{"entries":[{"artifact_type":"vrp_attestation","artifact_hash":"` + tlogclient.FormatHash(entries[0].ArtifactHash) + `"}]}`
+	if err != nil || p.LogID != origin || p.Entries != nil || p.BodySHA256 != sha256.Sum256([]byte(wantBody)) || p.MMD != time.Minute ||
+		!strings.HasPrefix(p.JWS, "eyJhbGciOiJFZERTQSIsImtpZCI6") {
 		t.Fatalf("AddBatch with the right key: %+v, %v", p, err)
 	}
+}
+
+// TestAddBatchEchoingLog: a log that ignores ?promise=digest (one from
+// before ADR 0038) answers with a promise echoing every entry; AddBatch
+// checks it entry by entry, and a client delivers through it.
+func TestAddBatchEchoingLog(t *testing.T) {
+	l := startLog(t)
+	l.echoOnly.Store(true)
+	entries := []tlogclient.Entry{
+		{ArtifactType: "vrp_attestation", ArtifactHash: tlogclient.HashArtifact("echo-a")},
+		{ArtifactType: "vrp_status_event", ArtifactHash: tlogclient.HashArtifact("echo-b")},
+	}
+	p, err := l.httpLog(t).AddBatch(context.Background(), entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.BodySHA256 != ([32]byte{}) || len(p.Entries) != 2 || p.Entries[0].LeafIndex != 0 || p.Entries[1].LeafIndex != 1 ||
+		p.Entries[1].ArtifactType != "vrp_status_event" || p.Entries[1].LoggedAt.IsZero() {
+		t.Fatalf("promise from an echoing log: %+v", p)
+	}
+	st := openStore(t, "sqlite")
+	c, _ := startClient(t, tlogclient.Config{Outbox: st.(store.Outbox), Logs: []tlogclient.Log{l.httpLog(t)}})
+	jws := fakeJWS("echoing", 30)
+	if err := c.RecordJWS(context.Background(), jws); err != nil {
+		t.Fatal(err)
+	}
+	l.waitAll(t, jws, 20*time.Second)
+	waitEmpty(t, st, 10*time.Second)
 }
 
 func b64(k ed25519.PublicKey) string { return base64.RawURLEncoding.EncodeToString(k) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -20,14 +21,20 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/keysvc/keysvc/tlog/tlogfmt"
 	"github.com/keysvc/keysvc/verifier"
 )
 
 // PathPrefix is the prefix of the VRP Transparency Log v0.1 endpoints.
 const PathPrefix = "/.well-known/vrp/log/v0.1/"
 
-// SEPType is the JWS typ of a Signed Entry Promise.
-const SEPType = "vrp-tlog-sep+jwt"
+// SEPType is the JWS typ of a Signed Entry Promise that echoes every
+// entry; SEPDigestType the typ of one over the add-batch body's SHA-256
+// (ADR 0038), which AddBatch asks for.
+const (
+	SEPType       = tlogfmt.TypSEP
+	SEPDigestType = tlogfmt.TypSEPDigest
+)
 
 // Response size bounds, in bytes.
 const (
@@ -169,8 +176,10 @@ func appendAddBatch(b []byte, entries []Entry) []byte {
 // comma, for the longest v0.1 type (TestAppendAddBatch checks it).
 const addBatchEntryBytes = 128
 
-// AddBatch implements Log: POST add-batch, then the promise is checked (see
-// checkPromise) before it is returned.
+// AddBatch implements Log: POST add-batch?promise=digest, then the promise
+// is checked (see checkPromise) before it is returned. A log that answers
+// with a promise echoing every entry (one that predates ADR 0038 ignores
+// the query) is checked entry by entry instead.
 func (l *HTTPLog) AddBatch(ctx context.Context, entries []Entry) (*Promise, error) {
 	if len(entries) == 0 || len(entries) > MaxAddBatch {
 		return nil, fmt.Errorf("tlogclient: add-batch of %d entries: want 1..%d", len(entries), MaxAddBatch)
@@ -181,7 +190,7 @@ func (l *HTTPLog) AddBatch(ctx context.Context, entries []Entry) (*Promise, erro
 		}
 	}
 	b := appendAddBatch(make([]byte, 0, 16+len(entries)*addBatchEntryBytes), entries)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.endpoint("add-batch"), bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, l.endpoint("add-batch?promise=digest"), bytes.NewReader(b))
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +208,7 @@ func (l *HTTPLog) AddBatch(ctx context.Context, entries []Entry) (*Promise, erro
 	if err := json.Unmarshal(resp, &out); err != nil || out.SEP == "" {
 		return nil, fmt.Errorf("tlogclient: log %s: add-batch answer is not {\"sep\": JWS}", l.base)
 	}
-	p, err := l.checkPromise(ctx, out.SEP, entries)
+	p, err := l.checkPromise(ctx, out.SEP, entries, b)
 	if err != nil {
 		return nil, fmt.Errorf("tlogclient: log %s: %w", l.base, err)
 	}
@@ -211,17 +220,44 @@ func (l *HTTPLog) AddBatch(ctx context.Context, entries []Entry) (*Promise, erro
 var ErrBadPromise = errors.New("signed entry promise does not match the submission")
 
 // checkPromise verifies sep (EdDSA, a key of the log's JWKS or the pinned
-// keys) and that its payload lists exactly entries, in order.
-func (l *HTTPLog) checkPromise(ctx context.Context, sep string, entries []Entry) (*Promise, error) {
-	kid, payload, err := l.verifySEP(ctx, sep)
+// keys) and that it promises exactly entries, submitted as body: a digest
+// promise (typ SEPDigestType) by its count and the SHA-256 of body, a
+// promise of typ SEPType by listing every entry, in order.
+func (l *HTTPLog) checkPromise(ctx context.Context, sep string, entries []Entry, body []byte) (*Promise, error) {
+	kid, typ, payload, err := l.verifySEP(ctx, sep)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadPromise, err)
+	}
+	if typ == SEPDigestType {
+		out := &Promise{JWS: sep, KID: kid}
+		if err := checkDigestPromise(payload, len(entries), body, out); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadPromise, err)
+		}
+		return out, nil
 	}
 	out := &Promise{JWS: sep, KID: kid, Entries: make([]PromisedEntry, len(entries))}
 	if err := decodePromise(payload, entries, out); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadPromise, err)
 	}
 	return out, nil
+}
+
+// checkDigestPromise reads the payload of a digest promise (ADR 0038,
+// tlogfmt.SEPDigest) into p and checks that it promises n entries and the
+// body as sent: its body_sha256 is SHA-256 of body.
+func checkDigestPromise(payload []byte, n int, body []byte, p *Promise) error {
+	d, err := tlogfmt.ParseSEPDigestPayload(payload)
+	if err != nil {
+		return err
+	}
+	if d.Count != uint64(n) {
+		return fmt.Errorf("%d entries promised for %d submitted", d.Count, n)
+	}
+	if d.BodySHA256 != sha256.Sum256(body) {
+		return errors.New("body_sha256 is not the SHA-256 of the body submitted")
+	}
+	p.LogID, p.Timestamp, p.MMD, p.BodySHA256 = d.LogID, d.Timestamp, time.Duration(d.MMDSeconds)*time.Second, d.BodySHA256
+	return nil
 }
 
 // decodePromise reads the JCS payload of a Signed Entry Promise,
@@ -379,7 +415,7 @@ func decodePromisedEntry(dec *jsontext.Decoder, e *PromisedEntry, lastAt *[]byte
 // payload: with the pinned keys, or with the log's JWKS (fetched on first
 // use, and again at most once a minute when no key matches, so that a log
 // key rotation is picked up).
-func (l *HTTPLog) verifySEP(ctx context.Context, sep string) (string, []byte, error) {
+func (l *HTTPLog) verifySEP(ctx context.Context, sep string) (kid, typ string, payload []byte, err error) {
 	if l.pinned != nil {
 		return verifyEdDSA(sep, l.pinned)
 	}
@@ -387,14 +423,14 @@ func (l *HTTPLog) verifySEP(ctx context.Context, sep string) (string, []byte, er
 	keys, fetchedAt := l.keys, l.fetchedAt
 	l.mu.Unlock()
 	if keys != nil {
-		kid, p, err := verifyEdDSA(sep, keys)
+		kid, typ, p, err := verifyEdDSA(sep, keys)
 		if err == nil || !errors.Is(err, errNoLogKey) || time.Since(fetchedAt) < time.Minute {
-			return kid, p, err
+			return kid, typ, p, err
 		}
 	}
-	keys, err := l.fetchKeys(ctx)
+	keys, err = l.fetchKeys(ctx)
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	return verifyEdDSA(sep, keys)
 }
@@ -402,22 +438,23 @@ func (l *HTTPLog) verifySEP(ctx context.Context, sep string) (string, []byte, er
 var errNoLogKey = errors.New("no log key with the promise's kid")
 
 // verifyEdDSA verifies a compact JWS with alg EdDSA (RFC 8037), typ
-// SEPType and a kid naming an Ed25519 key of keys (parsed by go-jose,
-// the signature checked with crypto/ed25519), and returns
-// the kid and the payload as signed. Unlike verifier.VerifyCompactJWS,
+// SEPType or SEPDigestType and a kid naming an Ed25519 key of keys (parsed
+// by go-jose, the signature checked with crypto/ed25519), and returns the
+// kid, the typ and the payload as signed. Unlike verifier.VerifyCompactJWS,
 // which is held to receipts' bounds, it takes promises of any size (10,000
-// entries are about 2 MB) and leaves the payload to one decoding.
-func verifyEdDSA(jws string, keys *verifier.JWKS) (string, []byte, error) {
+// echoed entries are about 2 MB) and leaves the payload to one decoding.
+func verifyEdDSA(jws string, keys *verifier.JWKS) (kid, typ string, payload []byte, err error) {
 	obj, err := jose.ParseSignedCompact(jws, []jose.SignatureAlgorithm{jose.EdDSA})
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	h := obj.Signatures[0].Protected
-	if typ, _ := h.ExtraHeaders[jose.HeaderType].(string); typ != SEPType {
-		return "", nil, fmt.Errorf("typ %q, want %q", typ, SEPType)
+	typ, _ = h.ExtraHeaders[jose.HeaderType].(string)
+	if typ != SEPType && typ != SEPDigestType {
+		return "", "", nil, fmt.Errorf("typ %q, want %q or %q", typ, SEPDigestType, SEPType)
 	}
 	if h.KeyID == "" {
-		return "", nil, errors.New("no kid")
+		return "", "", nil, errors.New("no kid")
 	}
 	for _, k := range keys.Keys {
 		pub, ok := k.Public.(ed25519.PublicKey)
@@ -430,11 +467,11 @@ func verifyEdDSA(jws string, keys *verifier.JWKS) (string, []byte, error) {
 		// rebuilds that input by re-encoding the decoded payload, 40 % of
 		// the cost of checking a 1,000-entry promise (ADR 0033).
 		if !ed25519.Verify(pub, []byte(jws[:strings.LastIndexByte(jws, '.')]), obj.Signatures[0].Signature) {
-			return "", nil, errors.New("the Ed25519 signature is invalid")
+			return "", "", nil, errors.New("the Ed25519 signature is invalid")
 		}
-		return h.KeyID, obj.UnsafePayloadWithoutVerification(), nil
+		return h.KeyID, typ, obj.UnsafePayloadWithoutVerification(), nil
 	}
-	return "", nil, fmt.Errorf("%w (%q)", errNoLogKey, h.KeyID)
+	return "", "", nil, fmt.Errorf("%w (%q)", errNoLogKey, h.KeyID)
 }
 
 // fetchKeys GETs the log's jwks.json.

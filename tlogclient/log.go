@@ -73,12 +73,17 @@ func ParseHash(s string) ([32]byte, error) {
 // Promise is a checked Signed Entry Promise: the log signed that it will
 // include these entries within MMD (like an RFC 6962 SCT).
 type Promise struct {
-	JWS       string // the SEP as received (compact JWS, typ vrp-tlog-sep+jwt)
+	JWS       string // the SEP as received (compact JWS, typ SEPDigestType or SEPType)
 	KID       string // the log key that signed it
 	LogID     string
 	Timestamp time.Time
 	MMD       time.Duration
-	Entries   []PromisedEntry // in request order
+	// Entries, in request order, for a promise of typ SEPType (each entry
+	// echoed with its logged_at and leaf index); nil for a digest promise.
+	Entries []PromisedEntry
+	// BodySHA256 is, for a digest promise (ADR 0038), the SHA-256 of the
+	// add-batch body it promises (checked against the body sent).
+	BodySHA256 [32]byte
 }
 
 // PromisedEntry is one entry of a Promise.

@@ -1,6 +1,7 @@
 package tlogclient
 
 import (
+	"crypto/sha256"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,6 +46,41 @@ func TestDecodePromise(t *testing.T) {
 	} {
 		p.Entries = make([]PromisedEntry, 2)
 		err := decodePromise([]byte(c.payload), entries, &p)
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+}
+
+// TestCheckDigestPromise: a digest promise (ADR 0038) is accepted only for
+// the count and the exact bytes submitted.
+func TestCheckDigestPromise(t *testing.T) {
+	body := []byte(`{"entries":[{"artifact_type":"vrp_attestation","artifact_hash":"` + FormatHash(HashArtifact("a")) + `"}]}`)
+	h := sha256.Sum256(body)
+	good := `{"body_sha256":"` + FormatHash(h) + `","count":1,"log_id":"log.example.test/vrp","mmd_seconds":60,"timestamp":"2026-12-01T16:00:02Z"}`
+	var p Promise
+	if err := checkDigestPromise([]byte(good), 1, body, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.LogID != "log.example.test/vrp" || p.MMD != time.Minute || p.BodySHA256 != h || p.Entries != nil ||
+		!p.Timestamp.Equal(time.Date(2026, 12, 1, 16, 0, 2, 0, time.UTC)) {
+		t.Fatalf("checked %+v", p)
+	}
+	for name, c := range map[string]struct {
+		payload string
+		n       int
+		body    []byte
+		want    string
+	}{
+		"other count":     {good, 2, body, "1 entries promised for 2 submitted"},
+		"other body":      {good, 1, append([]byte(" "), body...), "body_sha256 is not the SHA-256 of the body submitted"},
+		"no body_sha256":  {strings.Replace(good, `"body_sha256":"`+FormatHash(h)+`",`, ``, 1), 1, body, "tlogfmt: SEP payload: body_sha256 is not"},
+		"no log_id":       {strings.Replace(good, `"log_id":"log.example.test/vrp",`, ``, 1), 1, body, "tlogfmt: SEP payload: timestamp, count"},
+		"unknown member":  {strings.Replace(good, `"count":1`, `"count":1,"entries":[]`, 1), 1, body, "tlogfmt: SEP payload:"},
+		"not JSON":        {`[`, 1, body, "tlogfmt: SEP payload:"},
+		"count as string": {strings.Replace(good, `"count":1`, `"count":"1"`, 1), 1, body, "tlogfmt: SEP payload:"},
+	} {
+		err := checkDigestPromise([]byte(c.payload), c.n, c.body, &Promise{})
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", name, err, c.want)
 		}

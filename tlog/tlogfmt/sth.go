@@ -1,6 +1,7 @@
 package tlogfmt
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -164,6 +165,103 @@ func SignSEP(s *signer.JWSSigner, sep SEP) (string, error) {
 		return "", err
 	}
 	return s.Sign(p, TypSEP)
+}
+
+// SEPDigest is the payload of a digest Signed Entry Promise (ADR 0038),
+// the answer to POST add-batch?promise=digest: at Timestamp the log LogID
+// promised to include, within MMDSeconds, each of the Count entries of the
+// add-batch request body whose SHA-256 is BodySHA256 — the body's bytes
+// exactly as the log received them, which the submitter hashes as it sent
+// them. It binds the same entries as the echoing SEP (collision resistance
+// of SHA-256) in constant size: the submitter checks one hash of its own
+// body instead of reading every entry back. It carries no leaf indexes or
+// logged_at; GET proof?hash= finds each leaf. The JWS payload (typ
+// TypSEPDigest) is the RFC 8785 form of
+// {"body_sha256":"sha256:<64 hex>","count","log_id","mmd_seconds","timestamp"}.
+type SEPDigest struct {
+	LogID      string
+	Timestamp  time.Time
+	MMDSeconds uint64
+	Count      uint64
+	BodySHA256 [HashSize]byte
+}
+
+// Payload returns the RFC 8785 payload of d.
+func (d SEPDigest) Payload() ([]byte, error) {
+	if !jcsSafe(d.LogID) || d.LogID == "" {
+		return nil, errors.New("tlogfmt: log_id must be printable ASCII without '\"' or '\\'")
+	}
+	if d.MMDSeconds > maxJSONInteger || d.Count == 0 || d.Count > MaxBatchEntries {
+		return nil, fmt.Errorf("tlogfmt: mmd_seconds above 2^53-1 or count not in 1..%d", MaxBatchEntries)
+	}
+	b := make([]byte, 0, 256)
+	b = append(b, `{"body_sha256":"sha256:`...)
+	b = hex.AppendEncode(b, d.BodySHA256[:])
+	b = append(b, `","count":`...)
+	b = appendUint(b, d.Count)
+	b = append(b, `,"log_id":`...)
+	b = appendQuotedASCII(b, d.LogID)
+	b = append(b, `,"mmd_seconds":`...)
+	b = appendUint(b, d.MMDSeconds)
+	b = append(b, `,"timestamp":`...)
+	b = appendQuotedASCII(b, FormatInstantCeil(d.Timestamp))
+	return append(b, '}'), nil
+}
+
+// SignSEPDigest returns d as a compact JWS (alg EdDSA, kid, typ
+// TypSEPDigest).
+func SignSEPDigest(s *signer.JWSSigner, d SEPDigest) (string, error) {
+	p, err := d.Payload()
+	if err != nil {
+		return "", err
+	}
+	return s.Sign(p, TypSEPDigest)
+}
+
+type sepDigestPayload struct {
+	BodySHA256 string  `json:"body_sha256"`
+	Count      *uint64 `json:"count"`
+	LogID      string  `json:"log_id"`
+	MMDSeconds *uint64 `json:"mmd_seconds"`
+	Timestamp  string  `json:"timestamp"`
+}
+
+// VerifySEPDigest verifies a digest SEP JWS against keys and returns its
+// payload. Errors wrap ErrSignature for a JWS that does not verify; a
+// payload that verifies but is malformed is an error of its own.
+func VerifySEPDigest(jws string, keys []LogKey) (SEPDigest, LogKey, error) {
+	payload, key, err := verifyJWS(jws, TypSEPDigest, keys)
+	if err != nil {
+		return SEPDigest{}, LogKey{}, err
+	}
+	d, err := ParseSEPDigestPayload(payload)
+	if err != nil {
+		return SEPDigest{}, LogKey{}, err
+	}
+	if d.LogID != key.Origin {
+		return SEPDigest{}, LogKey{}, fmt.Errorf("tlogfmt: SEP is for log %q, the key for %q", d.LogID, key.Origin)
+	}
+	return d, key, nil
+}
+
+// ParseSEPDigestPayload reads a digest SEP's payload (strict JSON: no
+// unknown or duplicate members) without checking any signature; callers
+// verify the JWS first.
+func ParseSEPDigestPayload(payload []byte) (SEPDigest, error) {
+	var p sepDigestPayload
+	if err := decodeStrict(payload, &p); err != nil {
+		return SEPDigest{}, fmt.Errorf("tlogfmt: SEP payload: %w", err)
+	}
+	ts, err := ParseInstant(p.Timestamp)
+	if err != nil || p.MMDSeconds == nil || p.Count == nil || *p.Count == 0 || *p.Count > MaxBatchEntries || p.LogID == "" {
+		return SEPDigest{}, errors.New("tlogfmt: SEP payload: timestamp, count, log_id or mmd_seconds malformed")
+	}
+	d := SEPDigest{LogID: p.LogID, Timestamp: ts, MMDSeconds: *p.MMDSeconds, Count: *p.Count}
+	if !ValidArtifactHash(p.BodySHA256) {
+		return SEPDigest{}, errors.New("tlogfmt: SEP payload: body_sha256 is not sha256:<64 lower-case hex>")
+	}
+	hex.Decode(d.BodySHA256[:], []byte(p.BodySHA256[len("sha256:"):])) //nolint:errcheck // validated above
+	return d, nil
 }
 
 type sepPayload struct {

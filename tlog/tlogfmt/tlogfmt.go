@@ -28,6 +28,10 @@ const (
 	TypSTH = "vrp-tlog-sth+jwt"
 	// TypSEP is the JWS typ of a Signed Entry Promise.
 	TypSEP = "vrp-tlog-sep+jwt"
+	// TypSEPDigest is the JWS typ of a digest Signed Entry Promise: one
+	// promise for the whole body of an add-batch?promise=digest request
+	// (SEPDigest; ADR 0038).
+	TypSEPDigest = "vrp-tlog-sep-digest+jwt"
 	// PathPrefix is the prefix of the operator's endpoints.
 	PathPrefix = "/.well-known/vrp/log/v0.1/"
 	// MaxBatchEntries bounds the entries of one add-batch request.

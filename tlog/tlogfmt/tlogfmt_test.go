@@ -2,6 +2,7 @@ package tlogfmt_test
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -145,6 +146,66 @@ func TestSEPExactBytes(t *testing.T) {
 	got, _, err := tlogfmt.VerifySEP(sep, []tlogfmt.LogKey{lk})
 	if err != nil || len(got.Entries) != 1 || *got.Entries[0].LeafIndex != 7 || got.MMDSeconds != 60 {
 		t.Fatalf("VerifySEP: %+v %v", got, err)
+	}
+}
+
+// TestSEPDigestExactBytes: the digest promise of ADR 0038 signs the JCS
+// object {"body_sha256","count","log_id","mmd_seconds","timestamp"}; it
+// verifies only as its own typ, and VerifySEPDigest refuses a malformed
+// payload and an echoing SEP.
+func TestSEPDigestExactBytes(t *testing.T) {
+	_, lk, js := key(t)
+	body := `{"entries":[{"artifact_type":"vrp_attestation","artifact_hash":"sha256:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"}]}`
+	d := tlogfmt.SEPDigest{LogID: lk.Origin, MMDSeconds: 60, Count: 1, BodySHA256: sha256.Sum256([]byte(body)), Timestamp: time.Date(2026, 12, 1, 9, 12, 31, 500e6, time.UTC)}
+	sep, err := tlogfmt.SignSEPDigest(js, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(sep, ".")
+	header, _ := base64.RawURLEncoding.DecodeString(parts[0])
+	payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	if string(header) != `{"alg":"EdDSA","kid":"`+lk.KID+`","typ":"vrp-tlog-sep-digest+jwt"}` {
+		t.Fatalf("header %s", header)
+	}
+	const wantPayload = `{"body_sha256":"sha256:f5a715ff46f3b496d471cd19392951334aad9f151801545235848e9995439de1","count":1,"log_id":"log.example.test/vrp","mmd_seconds":60,"timestamp":"2026-12-01T09:12:32Z"}`
+	if string(payload) != wantPayload {
+		t.Fatalf("payload\n%s\nwant\n%s", payload, wantPayload)
+	}
+	if j, _ := jcs.Transform(payload); string(j) != string(payload) {
+		t.Fatalf("payload is not JCS: %s", payload)
+	}
+	// Computed outside Go (Python cryptography, RFC 8032 seed above).
+	const want = "eyJhbGciOiJFZERTQSIsImtpZCI6ImtQcktfcW14VldhWVZBOXd3QkY2SXVvM3ZWeno3VHhIQ1R3WEJ5Z3JTNGsiLCJ0eXAiOiJ2cnAtdGxvZy1zZXAtZGlnZXN0K2p3dCJ9.eyJib2R5X3NoYTI1NiI6InNoYTI1NjpmNWE3MTVmZjQ2ZjNiNDk2ZDQ3MWNkMTkzOTI5NTEzMzRhYWQ5ZjE1MTgwMTU0NTIzNTg0OGU5OTk1NDM5ZGUxIiwiY291bnQiOjEsImxvZ19pZCI6ImxvZy5leGFtcGxlLnRlc3QvdnJwIiwibW1kX3NlY29uZHMiOjYwLCJ0aW1lc3RhbXAiOiIyMDI2LTEyLTAxVDA5OjEyOjMyWiJ9.7kpSNikLETIYD3t9vs6IjFuwrmWnewswZqnU7ZBDU9G14FXVhU9-OvSpzvDHQcfSyHWFfa7kSCk8qYlT_4UkDQ"
+	if sep != want {
+		t.Fatalf("digest SEP\n%s\nwant\n%s", sep, want)
+	}
+	got, k, err := tlogfmt.VerifySEPDigest(sep, []tlogfmt.LogKey{lk})
+	if err != nil || got.Count != 1 || got.BodySHA256 != d.BodySHA256 || got.MMDSeconds != 60 || k.KID != lk.KID ||
+		!got.Timestamp.Equal(time.Date(2026, 12, 1, 9, 12, 32, 0, time.UTC)) {
+		t.Fatalf("VerifySEPDigest: %+v %v", got, err)
+	}
+	// An echoing SEP is not a digest promise, nor the reverse.
+	echo, _ := tlogfmt.SignSEP(js, tlogfmt.SEP{LogID: lk.Origin, Timestamp: time.Now()})
+	if _, _, err := tlogfmt.VerifySEPDigest(echo, []tlogfmt.LogKey{lk}); !errors.Is(err, tlogfmt.ErrSignature) {
+		t.Errorf("an echoing SEP accepted as a digest: %v", err)
+	}
+	if _, _, err := tlogfmt.VerifySEP(sep, []tlogfmt.LogKey{lk}); !errors.Is(err, tlogfmt.ErrSignature) {
+		t.Errorf("a digest SEP accepted as an echoing one: %v", err)
+	}
+	for name, c := range map[string]struct{ payload, want string }{
+		"count 0":        {strings.Replace(wantPayload, `"count":1`, `"count":0`, 1), "count, log_id"},
+		"count too big":  {strings.Replace(wantPayload, `"count":1`, `"count":10001`, 1), "count, log_id"},
+		"no count":       {strings.Replace(wantPayload, `"count":1,`, ``, 1), "count, log_id"},
+		"short hash":     {strings.Replace(wantPayload, `"sha256:`, `"sha256:00`, 1), "body_sha256 is not"},
+		"unknown member": {strings.Replace(wantPayload, `{`, `{"a":1,`, 1), "unknown"},
+		"duplicate":      {strings.Replace(wantPayload, `"count":1`, `"count":1,"count":2`, 1), "duplicate"},
+	} {
+		if _, err := tlogfmt.ParseSEPDigestPayload([]byte(c.payload)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+	if _, err := (tlogfmt.SEPDigest{LogID: lk.Origin}).Payload(); err == nil {
+		t.Error("a digest of 0 entries was written")
 	}
 }
 
