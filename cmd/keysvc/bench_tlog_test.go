@@ -52,6 +52,15 @@ func TestTlogVerdicts(t *testing.T) {
 	if got := tlogVerdicts(rep); !slices.Equal(got, want) {
 		t.Errorf("verdicts\n got %q\nwant %q", got, want)
 	}
+	// Rounds pool: (0.9·1000 + 0.95·1000) / 2000 = 0.925 on, sustained
+	// weighted by the off rate.
+	pooled := &tlogBenchReport{Results: []tlogBenchRow{
+		{Scenario: "sign", Concurrency: 16, Round: 1, Off: benchResult{SignaturesPerS: 1000}, On: benchResult{SignaturesPerS: 900}, Ratio: 0.9, SustainedRatio: 0.8},
+		{Scenario: "sign", Concurrency: 16, Round: 2, Off: benchResult{SignaturesPerS: 3000}, On: benchResult{SignaturesPerS: 2850}, Ratio: 0.95, SustainedRatio: 0.9},
+	}, Inclusion: inclusionReport{Samples: 1, P99ms: 1}}
+	if got := tlogVerdicts(pooled)[0]; got != "sign at 16 clients: on/off 0.938 over 2 rounds (0.900, 0.950) (≥ 0.9: met); sustained with the backlog drained 0.875 (NOT met)" {
+		t.Errorf("pooled rounds: %q", got)
+	}
 	rep.Inclusion.TimedOut = 1
 	if got := tlogVerdicts(rep)[2]; got != "sign to inclusion p99 1995 ms (≤ 2000 ms: NOT met)" {
 		t.Errorf("with a sample never included: %q", got)
