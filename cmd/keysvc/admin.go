@@ -514,6 +514,7 @@ func newTokensCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "tokens", Short: "Manage API tokens in key history directly (create, list, revoke)"}
 	var name, tokenReason string
 	var scopes []string
+	createAnchor, revokeAnchor := &cliAnchorFlags{}, &cliAnchorFlags{}
 	var ttl time.Duration
 	createCmd := &cobra.Command{
 		Use: "create --name NAME --scope SCOPE...", Short: "Create an API token; the secret is printed once", Args: cobra.NoArgs,
@@ -532,6 +533,10 @@ func newTokensCmd() *cobra.Command {
 			return nil
 		},
 		RunE: sf.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
+			st, err := createAnchor.wrap(cmd.Context(), st, true, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			secret, rec, err := api.CreateToken(cmd.Context(), st, name, scopes, ttl, api.TokenAudit{Actor: localActor(), Reason: tokenReason})
 			if err != nil {
 				return err
@@ -546,6 +551,7 @@ func newTokensCmd() *cobra.Command {
 	createCmd.Flags().StringArrayVar(&scopes, "scope", nil, "scope to grant (repeatable)")
 	createCmd.Flags().DurationVar(&ttl, "ttl", 0, "lifetime, e.g. 720h; 0: no expiry")
 	sf.register(createCmd)
+	createAnchor.register(createCmd, true)
 
 	listFlags := &storeFlags{}
 	listCmd := &cobra.Command{
@@ -568,6 +574,10 @@ func newTokensCmd() *cobra.Command {
 	revokeCmd := &cobra.Command{
 		Use: "revoke ID", Short: "Revoke an API token (audited)", Args: cobra.ExactArgs(1),
 		RunE: revokeFlags.withStore(func(cmd *cobra.Command, args []string, st store.Store) error {
+			st, err := revokeAnchor.wrap(cmd.Context(), st, false, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			rec, err := api.RevokeToken(cmd.Context(), st, args[0], api.TokenAudit{Actor: localActor(), Reason: revokeReason})
 			if errors.Is(err, api.ErrTokenNotFound) {
 				return fmt.Errorf("no token with id %q in %s: `keysvc tokens list` shows the ids (the ID column, not the name or the secret)", args[0], revokeFlags.describe())
@@ -582,6 +592,7 @@ func newTokensCmd() *cobra.Command {
 	revokeCmd.Flags().StringVar(&revokeReason, "reason", "", "why (recorded in the audit trail)")
 	listFlags.register(listCmd)
 	revokeFlags.register(revokeCmd)
+	revokeAnchor.register(revokeCmd, false)
 	cmd.AddCommand(createCmd, listCmd, revokeCmd)
 	return cmd
 }

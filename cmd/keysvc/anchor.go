@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -196,4 +197,97 @@ func (f *auditAnchorFlags) verifyAnchored(ctx context.Context, w io.Writer, st s
 	}
 	fmt.Fprintln(w)
 	return nil
+}
+
+// cliAnchorFlags anchor the audit rows that tokens create and tokens
+// revoke write directly into key history (ADR 0016, "Offline commands"),
+// as serve anchors its own: the row's audit_head and audit_seq markers are
+// signed with the event key, kept in anchor_events in the same
+// transaction and submitted to every log before the command returns.
+type cliAnchorFlags struct {
+	keyFile    string
+	urls       []string
+	unanchored bool
+}
+
+func (f *cliAnchorFlags) register(cmd *cobra.Command, create bool) {
+	var urls []string
+	if v := os.Getenv("KEYSVC_TLOG_URL"); v != "" {
+		urls = strings.Split(v, ",")
+	}
+	cmd.Flags().StringVar(&f.keyFile, "anchor-key-file", os.Getenv("KEYSVC_ANCHOR_KEY_FILE"), "the node's event key (env KEYSVC_ANCHOR_KEY_FILE): anchor this command's audit row in the transparency log (--tlog-url), as serve anchors its own")
+	cmd.Flags().StringSliceVar(&f.urls, "tlog-url", urls, "transparency log(s) the node anchors key history in (repeatable or comma-separated; env KEYSVC_TLOG_URL): the same list as serve's")
+	if create {
+		cmd.Flags().BoolVar(&f.unanchored, "unanchored", false, "when key history is anchored: write the audit row without the event key (keysvc audit verify then counts it as not anchored)")
+	}
+}
+
+// wrap returns st anchored with the event key. Without one, on key
+// history that is anchored already (anchor_events not empty): create
+// refuses unless --unanchored (granting access leaves an anchored trace or
+// an explicit, counted exception); revoke warns and goes on (taking access
+// away is never held up for want of the event key).
+func (f *cliAnchorFlags) wrap(ctx context.Context, st store.Store, create bool, stderr io.Writer) (store.Store, error) {
+	if f.keyFile == "" {
+		as, ok := st.(store.AnchorStore)
+		if !ok {
+			return st, nil
+		}
+		evs, err := as.ListAnchorEvents(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(evs) == 0 {
+			return st, nil
+		}
+		switch {
+		case create && !f.unanchored:
+			return nil, errors.New("key history is anchored in a transparency log (ADR 0016): give --anchor-key-file and --tlog-url (or KEYSVC_ANCHOR_KEY_FILE and KEYSVC_TLOG_URL) so that this token's audit row is anchored too, or --unanchored to write it without (keysvc audit verify then counts the row as not anchored)")
+		default:
+			fmt.Fprintln(stderr, "keysvc: warning: key history is anchored in a transparency log, but no --anchor-key-file was given: this audit row is not anchored (keysvc audit verify counts it)")
+			return st, nil
+		}
+	}
+	if len(f.urls) == 0 {
+		return nil, errors.New("--anchor-key-file needs --tlog-url (env KEYSVC_TLOG_URL): the logs serve anchors key history in")
+	}
+	key, err := anchor.LoadKeyFile(f.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	var logs []tlogclient.Log
+	for _, u := range f.urls {
+		l, err := tlogclient.NewHTTPLog(strings.TrimSpace(u))
+		if err != nil {
+			return nil, err
+		}
+		logs = append(logs, l)
+	}
+	a, err := anchor.New(anchor.Config{Key: key, Logs: logs, Store: st, Recorder: logsRecorder(logs),
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return nil, err
+	}
+	return a.Wrap(st), nil
+}
+
+// logsRecorder submits artifacts to every log at once (add-batch, its
+// promise checked), for a command that does not run a log client: what
+// it records is kept in anchor_events too, and serve submits those again
+// at its next start, so a log that is down now loses nothing.
+type logsRecorder []tlogclient.Log
+
+// Record implements anchor.Recorder.
+func (r logsRecorder) Record(ctx context.Context, artifactType string, artifacts ...string) error {
+	entries := make([]tlogclient.Entry, len(artifacts))
+	for i, a := range artifacts {
+		entries[i] = tlogclient.Entry{ArtifactType: artifactType, ArtifactHash: tlogclient.HashArtifact(a)}
+	}
+	var errs []error
+	for _, l := range r {
+		if _, err := l.AddBatch(ctx, entries); err != nil {
+			errs = append(errs, fmt.Errorf("log %s: %w", l.URL(), err))
+		}
+	}
+	return errors.Join(errs...)
 }

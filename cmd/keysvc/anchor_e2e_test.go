@@ -510,3 +510,95 @@ func TestAnchorLogOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAnchorOfflineTokens: on anchored key history, tokens create and
+// tokens revoke (which write key history directly, not through serve)
+// anchor their audit rows with --anchor-key-file, so audit verify finds
+// every row anchored; without the event key, create is refused unless
+// --unanchored and revoke goes on with a warning, and audit verify counts
+// exactly those rows as not anchored.
+func TestAnchorOfflineTokens(t *testing.T) {
+	logDir := t.TempDir()
+	logSrv := startTlogServer(t, logDir)
+	t.Cleanup(func() {
+		logSrv.stop(t)
+		tlogtest.Fsck(t, logDir, logSrv.VKey)
+	})
+	e := newLifecycleEnv(t, "")
+	keyFile := filepath.Join(e.dir, "anchor-key.json")
+	if _, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", keyFile); code != 0 {
+		t.Fatalf("anchor keygen: %d %s", code, errOut)
+	}
+	// A first start anchors key history as it stands (the officer's token).
+	srv := startServer(t, e.env, "--data-dir", e.dir, "--kek-file", e.kek, "--tlog-url", logSrv.URL, "--anchor-key-file", keyFile)
+	waitReadyz(t, srv, true, "ready")
+	srv.stop(t)
+
+	anchored := []string{"--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", logSrv.URL}
+	auditVerify := func(t *testing.T, want string) {
+		t.Helper()
+		out, errOut, code := runCLI(t, e.env, append([]string{"audit", "verify"}, anchored...)...)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("audit verify: %d %s%s\nwant %q", code, out, errOut, want)
+		}
+	}
+	auditVerify(t, "audit chain anchored: 1 of 1 rows anchored in the transparency log\n")
+
+	_, errOut, code := runCLI(t, e.env, "tokens", "create", "--name", "node-1", "--scope", "sign:*", "--data-dir", e.dir)
+	if code == 0 || !strings.Contains(errOut, "key history is anchored in a transparency log (ADR 0016): give --anchor-key-file and --tlog-url") {
+		t.Fatalf("tokens create without the event key: %d %s", code, errOut)
+	}
+	auditVerify(t, "1 of 1 rows anchored") // refused: nothing written
+
+	out, errOut, code := runCLI(t, e.env, append([]string{"tokens", "create", "--name", "node-1", "--scope", "sign:*", "--reason", "node one"}, anchored...)...)
+	if code != 0 || !strings.HasPrefix(out, "ksv_") {
+		t.Fatalf("tokens create with the event key: %d %s%s", code, out, errOut)
+	}
+	auditVerify(t, "audit chain anchored: 2 of 2 rows anchored in the transparency log\n")
+
+	if out, errOut, code = runCLI(t, e.env, "tokens", "create", "--name", "node-2", "--scope", "sign:*", "--data-dir", e.dir, "--unanchored"); code != 0 {
+		t.Fatalf("tokens create --unanchored: %d %s%s", code, out, errOut)
+	}
+	auditVerify(t, "2 of 3 rows anchored in the transparency log (1 written without the event key")
+
+	ids := tokenIDs(t, e)
+	_, errOut, code = runCLI(t, e.env, "tokens", "revoke", ids["node-2"], "--data-dir", e.dir, "--reason", "gone")
+	if code != 0 || !strings.Contains(errOut, "keysvc: warning: key history is anchored in a transparency log, but no --anchor-key-file was given") {
+		t.Fatalf("tokens revoke without the event key: %d %s", code, errOut)
+	}
+	auditVerify(t, "2 of 4 rows anchored in the transparency log (2 written without the event key")
+	if _, errOut, code = runCLI(t, e.env, append([]string{"tokens", "revoke", ids["node-1"], "--reason", "rotated"}, anchored...)...); code != 0 {
+		t.Fatalf("tokens revoke with the event key: %d %s", code, errOut)
+	}
+	auditVerify(t, "3 of 5 rows anchored in the transparency log (2 written without the event key")
+	// The anchored rows are in the log itself, not only in anchor_events: a
+	// verifier without the database's events finds their markers.
+	evKey, err := anchor.LoadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := evKey.AuditSeqMarker(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the log has audit_seq 5", func() bool {
+		code, _ := proofFor(logSrv.URL, tlogclient.FormatHash(ev.Hash))
+		return code == 200
+	})
+}
+
+// tokenIDs maps token names to ids (keysvc tokens list).
+func tokenIDs(t *testing.T, e *lifecycleEnv) map[string]string {
+	t.Helper()
+	out, errOut, code := runCLI(t, e.env, "tokens", "list", "--data-dir", e.dir)
+	if code != 0 {
+		t.Fatalf("tokens list: %d %s", code, errOut)
+	}
+	ids := map[string]string{}
+	for _, line := range strings.Split(out, "\n")[1:] {
+		if f := strings.Fields(line); len(f) >= 2 {
+			ids[f[1]] = f[0]
+		}
+	}
+	return ids
+}
