@@ -75,6 +75,10 @@ type Anchor struct {
 	downUntil map[string]time.Time
 	pinned    *verifier.JWKS
 	fetched   map[string]*verifier.JWKS // by log URL
+	// submitted holds the anchor_events this process has recorded (or
+	// found recorded); resubmitStored records the others — rows an offline
+	// command (tokens create/revoke) stored when a log did not take them.
+	submitted map[[32]byte]bool
 }
 
 type absentMarker struct {
@@ -93,7 +97,7 @@ func New(cfg Config) (*Anchor, error) {
 	}
 	a := &Anchor{key: cfg.Key, logs: cfg.Logs, rec: cfg.Recorder, st: cfg.Store, as: as, log: cfg.Logger, probe: cfg.ProbeTimeout,
 		known: map[[32]byte]bool{}, absent: map[[32]byte]absentMarker{}, downUntil: map[string]time.Time{},
-		pinned: cfg.LogKeys, fetched: map[string]*verifier.JWKS{}}
+		pinned: cfg.LogKeys, fetched: map[string]*verifier.JWKS{}, submitted: map[[32]byte]bool{}}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -417,7 +421,8 @@ func (a *Anchor) Refresh(ctx context.Context) bool {
 }
 
 // Run re-probes absent markers every interval until ctx ends, and calls
-// the OnChange function when one appeared.
+// the OnChange function when one appeared; each interval it also records
+// stored events this process has not (resubmitStored).
 func (a *Anchor) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -427,6 +432,7 @@ func (a *Anchor) Run(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
+		a.resubmitStored(ctx)
 		if a.Refresh(ctx) {
 			a.mu.Lock()
 			fn := a.onChange
@@ -494,6 +500,12 @@ func (a *Anchor) Start(ctx context.Context) error {
 		if err := a.bootstrap(ctx, boot); err != nil {
 			return err
 		}
+		// What bootstrap stored is submitted now, with the rest: until the
+		// log has the bootstrap marker, deleting anchor_events would make
+		// the next start bootstrap again.
+		if stored, err = a.as.ListAnchorEvents(ctx); err != nil {
+			return err
+		}
 	}
 	evs := make([]Event, 0, len(stored))
 	for _, s := range stored {
@@ -504,9 +516,51 @@ func (a *Anchor) Start(ctx context.Context) error {
 		if err := a.submit(ctx, evs[:n]); err != nil {
 			return fmt.Errorf("anchor: submitting stored key-history events: %w", err)
 		}
+		a.markSubmitted(evs[:n])
 		evs = evs[n:]
 	}
 	return nil
+}
+
+func (a *Anchor) markSubmitted(evs []Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ev := range evs {
+		a.submitted[ev.Hash] = true
+	}
+}
+
+// resubmitStored records the anchor_events this process has not recorded:
+// written by another process whose submission failed (an offline tokens
+// command while a log was down; another replica is recorded by its own
+// client), so they reach the log without waiting for a restart. One read
+// of anchor_events per call (lifecycle events: rare, small).
+func (a *Anchor) resubmitStored(ctx context.Context) {
+	if a.rec == nil {
+		return
+	}
+	stored, err := a.as.ListAnchorEvents(ctx)
+	if err != nil {
+		a.log.Warn("anchor: reading anchor_events to submit new ones failed", "err", err)
+		return
+	}
+	var evs []Event
+	a.mu.Lock()
+	for _, s := range stored {
+		if !a.submitted[s.Hash] {
+			evs = append(evs, Event{Kind: s.Kind, Subject: s.Subject, JWS: s.JWS, Hash: s.Hash})
+		}
+	}
+	a.mu.Unlock()
+	for len(evs) > 0 {
+		n := min(len(evs), 1000)
+		if err := a.submit(ctx, evs[:n]); err != nil {
+			a.log.Warn("anchor: submitting stored key-history events failed; retrying at the next check", "events", len(evs), "err", err)
+			return
+		}
+		a.markSubmitted(evs[:n])
+		evs = evs[n:]
+	}
 }
 
 // bootstrap anchors key history as it stands: the first start with an

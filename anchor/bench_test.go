@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,11 +66,36 @@ func newTestAnchor(t testing.TB, l tlogclient.Log) *Anchor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Config{Key: k, Logs: []tlogclient.Log{l}, Store: st})
+	a, err := New(Config{Key: k, Logs: []tlogclient.Log{l}, Store: st, Recorder: &memRecorder{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// memRecorder keeps what an Anchor records, as the log client would take it.
+type memRecorder struct {
+	mu   sync.Mutex
+	jws  []string
+	seen map[string]bool
+}
+
+func (r *memRecorder) Record(_ context.Context, typ string, artifacts ...string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[string]bool{}
+	}
+	for _, a := range artifacts {
+		r.jws, r.seen[a] = append(r.jws, a), true
+	}
+	return nil
+}
+
+func (r *memRecorder) has(jws string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen[jws]
 }
 
 // learnAll marks every key and version fact of h as made here.
@@ -208,6 +234,12 @@ func TestBootstrapSettingsRev(t *testing.T) {
 		got, err := a.as.AnchorEventsByHash(ctx, [][32]byte{m.Hash})
 		if err != nil || len(got) != 1 {
 			t.Fatalf("revision 1: the bootstrap stored %d settings markers (%v), want 1", len(got), err)
+		}
+		// Stored and recorded at once: the first start submits what it
+		// bootstrapped (not only the next start).
+		boot, _ := a.key.BootstrapMarker()
+		if rec := a.rec.(*memRecorder); !rec.has(m.JWS) || !rec.has(boot.JWS) {
+			t.Fatalf("revision 1: the bootstrap's events were stored but not recorded (%d recorded)", len(rec.jws))
 		}
 	}
 }

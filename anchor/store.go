@@ -51,10 +51,12 @@ func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30e9)
 	defer cancel()
 	if err := s.a.submit(rctx, t.events); err != nil {
-		// Committed and stored: submitted again at the next start.
-		s.a.log.Error("key-history events committed but not recorded for the transparency log yet; they are submitted again at the next start",
+		// Committed and stored: submitted again at the next check (Run) or start.
+		s.a.log.Error("key-history events committed but not recorded for the transparency log yet; they are submitted again at the next check or start",
 			"events", len(t.events), "err", err)
+		return nil
 	}
+	s.a.markSubmitted(t.events)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -191,9 +192,15 @@ func (o *Operator) handleAdd(w http.ResponseWriter, r *http.Request) {
 func (o *Operator) handleAddBatch(w http.ResponseWriter, r *http.Request) {
 	// ?promise=entries (the default: the SEP echoes every entry) or
 	// ?promise=digest (one SEP over the body's SHA-256; ADR 0038).
-	q := r.URL.Query()
-	form := q.Get("promise")
-	if len(q["promise"]) > 1 || (form != "" && form != "entries" && form != "digest") {
+	q, qerr := url.ParseQuery(r.URL.RawQuery)
+	form, given := "", false
+	if v, ok := q["promise"]; ok {
+		form, given = v[0], true
+		if len(v) > 1 {
+			form = ""
+		}
+	}
+	if qerr != nil || (given && form != "entries" && form != "digest") {
 		writeError(w, http.StatusBadRequest, tlogfmt.CodeInvalidRequest, "promise must be entries or digest, once")
 		return
 	}
@@ -211,7 +218,7 @@ func (o *Operator) handleAddBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if form == "digest" {
-		jws, _, err := o.AddDigest(r.Context(), req.Entries, sha256.Sum256(body))
+		jws, _, _, err := o.AddDigest(r.Context(), req.Entries, sha256.Sum256(body))
 		o.answerAdd(w, jws, err)
 		return
 	}

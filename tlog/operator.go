@@ -406,12 +406,7 @@ func (o *Operator) Add(ctx context.Context, subs []tlogfmt.Submission) (string, 
 	var jws string
 	var sep tlogfmt.SEP
 	if err == nil {
-		sep = tlogfmt.SEP{LogID: o.key.Origin, MMDSeconds: uint64(o.cfg.MMD / time.Second), Entries: make([]tlogfmt.SEPEntry, len(subs))}
-		for i, p := range done {
-			idx := p.index
-			sep.Entries[i] = tlogfmt.SEPEntry{ArtifactHash: subs[i].ArtifactHash, ArtifactType: p.typ, LeafIndex: &idx, LoggedAt: p.loggedAt}
-		}
-		sep.Timestamp = o.cfg.Now()
+		sep = o.echo(subs, done)
 		if jws, err = tlogfmt.SignSEP(o.jws, sep); err != nil {
 			err = fmt.Errorf("tlog: SEP: %w", err)
 		}
@@ -423,16 +418,50 @@ func (o *Operator) Add(ctx context.Context, subs []tlogfmt.Submission) (string, 
 	return jws, sep, nil
 }
 
+// echo is the echoing SEP of sequenced entries: each with the type, leaf
+// index and logged_at the log holds for its hash.
+func (o *Operator) echo(subs []tlogfmt.Submission, done []*pendingEntry) tlogfmt.SEP {
+	sep := tlogfmt.SEP{LogID: o.key.Origin, MMDSeconds: uint64(o.cfg.MMD / time.Second), Entries: make([]tlogfmt.SEPEntry, len(subs)), Timestamp: o.cfg.Now()}
+	for i, p := range done {
+		idx := p.index
+		sep.Entries[i] = tlogfmt.SEPEntry{ArtifactHash: subs[i].ArtifactHash, ArtifactType: p.typ, LeafIndex: &idx, LoggedAt: p.loggedAt}
+	}
+	return sep
+}
+
+// echoSEP signs echo(subs, done).
+func (o *Operator) echoSEP(subs []tlogfmt.Submission, done []*pendingEntry) (string, error) {
+	jws, err := tlogfmt.SignSEP(o.jws, o.echo(subs, done))
+	if err != nil {
+		return "", fmt.Errorf("tlog: SEP: %w", err)
+	}
+	return jws, nil
+}
+
 // AddDigest is Add answered with a digest Signed Entry Promise (ADR 0038,
 // POST add-batch?promise=digest): one promise of constant size for every
 // entry of the request body whose SHA-256 is bodySHA256, instead of one
 // echoed entry per submission. Same sequencing, deduplication and errors
 // as Add; the caller hashes the body it decoded subs from.
-func (o *Operator) AddDigest(ctx context.Context, subs []tlogfmt.Submission, bodySHA256 [32]byte) (string, tlogfmt.SEPDigest, error) {
+//
+// The digest promises each submission as submitted, so it is given only
+// when every entry in the log has the type submitted: a hash already in
+// the log (or earlier in the body) under another artifact type is one
+// entry of that other type, and the answer is then the echoing SEP (ok
+// false), whose entries show the type the log holds — which the submitter
+// checks and refuses, as it would without ADR 0038.
+func (o *Operator) AddDigest(ctx context.Context, subs []tlogfmt.Submission, bodySHA256 [32]byte) (jws string, d tlogfmt.SEPDigest, ok bool, err error) {
 	start := time.Now()
-	_, added, err := o.sequence(ctx, subs)
-	var jws string
-	var d tlogfmt.SEPDigest
+	done, added, err := o.sequence(ctx, subs)
+	if err == nil {
+		for i, p := range done {
+			if p.typ != subs[i].ArtifactType {
+				jws, err = o.echoSEP(subs, done)
+				o.observeResult(start, added, err)
+				return jws, tlogfmt.SEPDigest{}, false, err
+			}
+		}
+	}
 	if err == nil {
 		d = tlogfmt.SEPDigest{LogID: o.key.Origin, MMDSeconds: uint64(o.cfg.MMD / time.Second), Count: uint64(len(subs)), BodySHA256: bodySHA256, Timestamp: o.cfg.Now()}
 		if jws, err = tlogfmt.SignSEPDigest(o.jws, d); err != nil {
@@ -441,9 +470,9 @@ func (o *Operator) AddDigest(ctx context.Context, subs []tlogfmt.Submission, bod
 	}
 	o.observeResult(start, added, err)
 	if err != nil {
-		return "", tlogfmt.SEPDigest{}, err
+		return "", tlogfmt.SEPDigest{}, false, err
 	}
-	return jws, d, nil
+	return jws, d, true, nil
 }
 
 func (o *Operator) observeResult(start time.Time, added int, err error) {

@@ -179,6 +179,33 @@ func TestAddProofVerifies(t *testing.T) {
 	if d.Count != 3 || d.BodySHA256 != sha256.Sum256([]byte(digestBatch)) || d.LogID != origin || d.MMDSeconds != 60 {
 		t.Fatalf("digest SEP %+v", d)
 	}
+	// A digest is given only for entries the log holds with the type
+	// submitted: artifact(1) is in the log as vrp_attestation, so a digest
+	// request naming it vrp_receipt — or a body naming one new hash with two
+	// types — is answered with the echoing SEP, which shows the type held.
+	for name, conflict := range map[string]string{
+		"logged under another type": fmt.Sprintf(`{"entries":[{"artifact_type":"vrp_receipt","artifact_hash":%q}]}`, artifact(1)),
+		"two types in one body":     fmt.Sprintf(`{"entries":[{"artifact_type":"vrp_attestation","artifact_hash":%q},{"artifact_type":"vrp_receipt","artifact_hash":%q}]}`, artifact(4), artifact(4)),
+	} {
+		code, body = post(t, base+tlogfmt.PathPrefix+"add-batch?promise=digest", "application/json", conflict)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d %s", name, code, body)
+		}
+		if err := json.Unmarshal(body, &ar); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := tlogfmt.VerifySEPDigest(ar.SEP, []tlogfmt.LogKey{op.Key()}); err == nil {
+			t.Fatalf("%s: a digest promise was given", name)
+		}
+		echo, _, err := tlogfmt.VerifySEP(ar.SEP, []tlogfmt.LogKey{op.Key()})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		last := echo.Entries[len(echo.Entries)-1]
+		if want := map[string]string{"logged under another type": "vrp_attestation", "two types in one body": "vrp_attestation"}[name]; last.ArtifactType != want {
+			t.Fatalf("%s: the echo shows type %s, want %s", name, last.ArtifactType, want)
+		}
+	}
 	if p := waitProof(t, base, artifact(3)); p.LeafIndex != 3 {
 		t.Fatalf("the digest-promised new entry is leaf %d, want 3", p.LeafIndex)
 	}
@@ -397,6 +424,8 @@ func TestHTTPErrors(t *testing.T) {
 		{"batch too large", "POST", "add-batch", "application/json", many, 400, "batch_too_large"},
 		{"unknown promise form", "POST", "add-batch?promise=all", "application/json", `{"entries":[` + okBody + `]}`, 400, "invalid_request"},
 		{"promise form twice", "POST", "add-batch?promise=digest&promise=digest", "application/json", `{"entries":[` + okBody + `]}`, 400, "invalid_request"},
+		{"empty promise form", "POST", "add-batch?promise=", "application/json", `{"entries":[` + okBody + `]}`, 400, "invalid_request"},
+		{"malformed query", "POST", "add-batch?promise=%zz", "application/json", `{"entries":[` + okBody + `]}`, 400, "invalid_request"},
 		{"digest of an empty batch", "POST", "add-batch?promise=digest", "application/json", `{"entries":[]}`, 400, "invalid_request"},
 		{"GET add", "GET", "add", "", "", 405, "method_not_allowed"},
 		{"POST sth", "POST", "sth", "application/json", "{}", 405, "method_not_allowed"},

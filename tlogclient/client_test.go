@@ -418,6 +418,22 @@ func TestPromiseChecked(t *testing.T) {
 	}
 }
 
+// TestAddBatchTypeConflict: a hash the log holds under another artifact
+// type gets no digest promise (ADR 0038); the echo it gets instead is
+// refused, so the entry stays with the node rather than counting as
+// logged (the verifier would not accept that leaf for an attestation).
+func TestAddBatchTypeConflict(t *testing.T) {
+	l := startLog(t)
+	h := tlogclient.HashArtifact("logged-first-as-a-receipt")
+	if _, err := l.httpLog(t).AddBatch(context.Background(), []tlogclient.Entry{{ArtifactType: "vrp_receipt", ArtifactHash: h}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.httpLog(t).AddBatch(context.Background(), []tlogclient.Entry{{ArtifactType: "vrp_attestation", ArtifactHash: h}})
+	if !errors.Is(err, tlogclient.ErrBadPromise) || !strings.Contains(err.Error(), "entry 0: is not the one submitted (artifact_type)") {
+		t.Fatalf("AddBatch of a hash logged under another type: %v, want ErrBadPromise (artifact_type)", err)
+	}
+}
+
 // TestAddBatchEchoingLog: a log that ignores ?promise=digest (one from
 // before ADR 0038) answers with a promise echoing every entry; AddBatch
 // checks it entry by entry, and a client delivers through it.

@@ -541,6 +541,7 @@ func newTokensCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			createAnchor.warnUnrecorded(cmd.ErrOrStderr())
 			fmt.Fprintf(cmd.ErrOrStderr(), "token %s (%s) created with scopes %s; it is shown once:\n", rec.ID, name, strings.Join(scopes, " "))
 			fmt.Fprintln(cmd.OutOrStdout(), secret)
 			return nil
@@ -585,6 +586,7 @@ func newTokensCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			revokeAnchor.warnUnrecorded(cmd.ErrOrStderr())
 			fmt.Fprintf(cmd.OutOrStdout(), "revoked token %s (%s, scopes %s) at %s; requests with it now get 401 (servers re-read tokens every --reload-interval)\n", rec.ID, rec.Name, strings.Join(rec.Scopes, " "), fmtTime(rec.RevokedAt))
 			return nil
 		}),

@@ -9,6 +9,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -203,11 +204,13 @@ func (f *auditAnchorFlags) verifyAnchored(ctx context.Context, w io.Writer, st s
 // revoke write directly into key history (ADR 0016, "Offline commands"),
 // as serve anchors its own: the row's audit_head and audit_seq markers are
 // signed with the event key, kept in anchor_events in the same
-// transaction and submitted to every log before the command returns.
+// transaction and submitted to every log before the command returns (what
+// a log did not take, serve submits again within --anchor-check-interval).
 type cliAnchorFlags struct {
-	keyFile    string
-	urls       []string
-	unanchored bool
+	keyFile, logKeys, tokenFile string
+	urls                        []string
+	unanchored                  bool
+	rec                         *logsRecorder
 }
 
 func (f *cliAnchorFlags) register(cmd *cobra.Command, create bool) {
@@ -215,21 +218,27 @@ func (f *cliAnchorFlags) register(cmd *cobra.Command, create bool) {
 	if v := os.Getenv("KEYSVC_TLOG_URL"); v != "" {
 		urls = strings.Split(v, ",")
 	}
-	cmd.Flags().StringVar(&f.keyFile, "anchor-key-file", os.Getenv("KEYSVC_ANCHOR_KEY_FILE"), "the node's event key (env KEYSVC_ANCHOR_KEY_FILE): anchor this command's audit row in the transparency log (--tlog-url), as serve anchors its own")
-	cmd.Flags().StringSliceVar(&f.urls, "tlog-url", urls, "transparency log(s) the node anchors key history in (repeatable or comma-separated; env KEYSVC_TLOG_URL): the same list as serve's")
+	fl := cmd.Flags()
+	fl.StringVar(&f.keyFile, "anchor-key-file", os.Getenv("KEYSVC_ANCHOR_KEY_FILE"), "the node's event key (env KEYSVC_ANCHOR_KEY_FILE): anchor this command's audit row in the transparency log (--tlog-url), as serve anchors its own")
+	fl.StringSliceVar(&f.urls, "tlog-url", urls, "transparency log(s) the node anchors key history in (repeatable or comma-separated; env KEYSVC_TLOG_URL): the same list as serve's")
+	fl.StringVar(&f.logKeys, "tlog-log-keys", os.Getenv("KEYSVC_TLOG_LOG_KEYS"), "JWK Set file of the logs' keys: Signed Entry Promises must verify with one of them (env KEYSVC_TLOG_LOG_KEYS; default: each log's own jwks.json)")
+	fl.StringVar(&f.tokenFile, "tlog-token-file", os.Getenv("KEYSVC_TLOG_TOKEN_FILE"), "file of bearer tokens for logs that authenticate submitters, as serve's (env KEYSVC_TLOG_TOKEN_FILE)")
 	if create {
-		cmd.Flags().BoolVar(&f.unanchored, "unanchored", false, "when key history is anchored: write the audit row without the event key (keysvc audit verify then counts it as not anchored)")
+		fl.BoolVar(&f.unanchored, "unanchored", false, "when key history is anchored: write the audit row without the event key (keysvc audit verify then counts it as not anchored)")
 	}
 }
 
-// wrap returns st anchored with the event key. Without one, on key
-// history that is anchored already (anchor_events not empty): create
-// refuses unless --unanchored (granting access leaves an anchored trace or
-// an explicit, counted exception); revoke warns and goes on (taking access
-// away is never held up for want of the event key).
+// wrap returns st anchored with the event key, which must be the one this
+// key history was anchored with (its bootstrap marker in anchor_events):
+// another node's key would write facts that node's own audit trail then
+// counts as rows it lacks. Without an event key, on key history that is
+// anchored already (anchor_events not empty): create refuses unless
+// --unanchored (granting access leaves an anchored trace or an explicit,
+// counted exception); revoke warns and goes on (taking access away is
+// never held up for want of the event key).
 func (f *cliAnchorFlags) wrap(ctx context.Context, st store.Store, create bool, stderr io.Writer) (store.Store, error) {
+	as, ok := st.(store.AnchorStore)
 	if f.keyFile == "" {
-		as, ok := st.(store.AnchorStore)
 		if !ok {
 			return st, nil
 		}
@@ -240,13 +249,14 @@ func (f *cliAnchorFlags) wrap(ctx context.Context, st store.Store, create bool, 
 		if len(evs) == 0 {
 			return st, nil
 		}
-		switch {
-		case create && !f.unanchored:
+		if create && !f.unanchored {
 			return nil, errors.New("key history is anchored in a transparency log (ADR 0016): give --anchor-key-file and --tlog-url (or KEYSVC_ANCHOR_KEY_FILE and KEYSVC_TLOG_URL) so that this token's audit row is anchored too, or --unanchored to write it without (keysvc audit verify then counts the row as not anchored)")
-		default:
-			fmt.Fprintln(stderr, "keysvc: warning: key history is anchored in a transparency log, but no --anchor-key-file was given: this audit row is not anchored (keysvc audit verify counts it)")
-			return st, nil
 		}
+		fmt.Fprintln(stderr, "keysvc: warning: key history is anchored in a transparency log, but no --anchor-key-file was given: this audit row is not anchored (keysvc audit verify counts it)")
+		return st, nil
+	}
+	if !ok {
+		return nil, errors.New("this key-history store cannot keep anchoring events")
 	}
 	if len(f.urls) == 0 {
 		return nil, errors.New("--anchor-key-file needs --tlog-url (env KEYSVC_TLOG_URL): the logs serve anchors key history in")
@@ -255,39 +265,88 @@ func (f *cliAnchorFlags) wrap(ctx context.Context, st store.Store, create bool, 
 	if err != nil {
 		return nil, err
 	}
-	var logs []tlogclient.Log
-	for _, u := range f.urls {
-		l, err := tlogclient.NewHTTPLog(strings.TrimSpace(u))
-		if err != nil {
-			return nil, err
-		}
-		logs = append(logs, l)
+	boot, err := key.BootstrapMarker()
+	if err != nil {
+		return nil, err
 	}
-	a, err := anchor.New(anchor.Config{Key: key, Logs: logs, Store: st, Recorder: logsRecorder(logs),
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	found, err := as.AnchorEventsByHash(ctx, [][32]byte{boot.Hash})
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := found[boot.Hash]; !ok {
+		return nil, fmt.Errorf("key history was not anchored with the event key in %s (event key %s: its bootstrap marker is not in anchor_events): give the key file serve runs with, or start serve with it once first", f.keyFile, key.KID())
+	}
+	urls := make([]string, len(f.urls))
+	for i, u := range f.urls {
+		urls[i] = strings.TrimSpace(u)
+	}
+	hl, keys, err := httpLogs(urls, f.logKeys, f.tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	logs := make([]tlogclient.Log, len(hl))
+	for i, l := range hl {
+		logs[i] = l
+	}
+	f.rec = &logsRecorder{logs: logs}
+	a, err := anchor.New(anchor.Config{Key: key, Logs: logs, LogKeys: keys, Store: st, Recorder: f.rec,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, err
 	}
 	return a.Wrap(st), nil
 }
 
+// warnUnrecorded tells the operator when a committed row's events did not
+// reach every log (they are in anchor_events: serve submits them again).
+func (f *cliAnchorFlags) warnUnrecorded(stderr io.Writer) {
+	if f.rec == nil {
+		return
+	}
+	if err := f.rec.failed(); err != nil {
+		fmt.Fprintf(stderr, "keysvc: warning: the change is committed and its audit row anchored in anchor_events, but not every transparency log took it yet (%v); a running serve submits it again within --anchor-check-interval (it is kept; nothing to redo)\n", err)
+	}
+}
+
 // logsRecorder submits artifacts to every log at once (add-batch, its
-// promise checked), for a command that does not run a log client: what
-// it records is kept in anchor_events too, and serve submits those again
-// at its next start, so a log that is down now loses nothing.
-type logsRecorder []tlogclient.Log
+// promise checked; each log with its own 10 s budget), for a command that
+// does not run a log client. What it records is kept in anchor_events
+// too, so a log that is down now loses nothing.
+type logsRecorder struct {
+	logs []tlogclient.Log
+	mu   sync.Mutex
+	err  error
+}
 
 // Record implements anchor.Recorder.
-func (r logsRecorder) Record(ctx context.Context, artifactType string, artifacts ...string) error {
+func (r *logsRecorder) Record(ctx context.Context, artifactType string, artifacts ...string) error {
 	entries := make([]tlogclient.Entry, len(artifacts))
 	for i, a := range artifacts {
 		entries[i] = tlogclient.Entry{ArtifactType: artifactType, ArtifactHash: tlogclient.HashArtifact(a)}
 	}
-	var errs []error
-	for _, l := range r {
-		if _, err := l.AddBatch(ctx, entries); err != nil {
-			errs = append(errs, fmt.Errorf("log %s: %w", l.URL(), err))
-		}
+	errs := make([]error, len(r.logs))
+	var wg sync.WaitGroup
+	for i, l := range r.logs {
+		wg.Go(func() {
+			lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if _, err := l.AddBatch(lctx, entries); err != nil {
+				errs[i] = fmt.Errorf("log %s: %w", l.URL(), err)
+			}
+		})
 	}
-	return errors.Join(errs...)
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err != nil {
+		r.mu.Lock()
+		r.err = errors.Join(r.err, err)
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *logsRecorder) failed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }

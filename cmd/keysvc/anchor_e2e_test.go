@@ -532,6 +532,24 @@ func TestAnchorOfflineTokens(t *testing.T) {
 	// A first start anchors key history as it stands (the officer's token).
 	srv := startServer(t, e.env, "--data-dir", e.dir, "--kek-file", e.kek, "--tlog-url", logSrv.URL, "--anchor-key-file", keyFile)
 	waitReadyz(t, srv, true, "ready")
+	evKey, err := anchor.LoadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inLog := func(ev anchor.Event, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, "the log has "+ev.Kind+" "+ev.Subject, func() bool {
+			code, _ := proofFor(logSrv.URL, tlogclient.FormatHash(ev.Hash))
+			return code == 200
+		})
+	}
+	// The bootstrap is in the log after the first start, not only in
+	// anchor_events (deleting those must not make a later start bootstrap
+	// again).
+	inLog(evKey.BootstrapMarker())
 	srv.stop(t)
 
 	anchored := []string{"--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", logSrv.URL}
@@ -573,18 +591,31 @@ func TestAnchorOfflineTokens(t *testing.T) {
 	auditVerify(t, "3 of 5 rows anchored in the transparency log (2 written without the event key")
 	// The anchored rows are in the log itself, not only in anchor_events: a
 	// verifier without the database's events finds their markers.
-	evKey, err := anchor.LoadKeyFile(keyFile)
-	if err != nil {
-		t.Fatal(err)
+	inLog(evKey.AuditSeqMarker(5))
+
+	// Another node's event key is refused: its facts would be rows that
+	// node's own audit trail lacks.
+	otherKey := filepath.Join(t.TempDir(), "other-key.json")
+	if _, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", otherKey); code != 0 {
+		t.Fatalf("anchor keygen: %d %s", code, errOut)
 	}
-	ev, err := evKey.AuditSeqMarker(5)
-	if err != nil {
-		t.Fatal(err)
+	_, errOut, code = runCLI(t, e.env, "tokens", "create", "--name", "node-3", "--scope", "sign:*", "--data-dir", e.dir, "--anchor-key-file", otherKey, "--tlog-url", logSrv.URL)
+	if code == 0 || !strings.Contains(errOut, "key history was not anchored with the event key in "+otherKey) {
+		t.Fatalf("tokens create with another node's event key: %d %s", code, errOut)
 	}
-	waitFor(t, 20*time.Second, "the log has audit_seq 5", func() bool {
-		code, _ := proofFor(logSrv.URL, tlogclient.FormatHash(ev.Hash))
-		return code == 200
-	})
+	auditVerify(t, "3 of 5 rows anchored")
+
+	// A log that does not take the row: committed, the operator warned, and
+	// a running replica submits it from anchor_events at its next check.
+	srv = startServer(t, e.env, "--data-dir", e.dir, "--kek-file", e.kek, "--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "300ms")
+	waitReadyz(t, srv, true, "ready")
+	out, errOut, code = runCLI(t, e.env, "tokens", "create", "--name", "node-3", "--scope", "sign:*", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", "http://127.0.0.1:1")
+	if code != 0 || !strings.HasPrefix(out, "ksv_") || !strings.Contains(errOut, "keysvc: warning: the change is committed and its audit row anchored in anchor_events, but not every transparency log took it yet") {
+		t.Fatalf("tokens create with the log unreachable: %d %s%s", code, out, errOut)
+	}
+	inLog(evKey.AuditSeqMarker(6))
+	srv.stop(t)
+	auditVerify(t, "4 of 6 rows anchored in the transparency log (2 written without the event key")
 }
 
 // tokenIDs maps token names to ids (keysvc tokens list).
