@@ -339,12 +339,77 @@ func (s *Server) HandlerFor(allowed Surface) http.Handler { return s.HandlerForL
 // ClientPrincipals bound to that listener.
 func (s *Server) HandlerForListener(listener string, allowed Surface) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if allowed&SurfacePublic != 0 && s.serveJWKSDirect(w, r) {
+			return
+		}
 		ctx := context.WithValue(r.Context(), surfaceKey{}, allowed)
 		if listener != "" {
 			ctx = context.WithValue(ctx, listenerKey{}, listener)
 		}
 		s.echo.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// serveJWKSDirect answers GET and HEAD of /.well-known/jwks.json and
+// /v1/keys/{name}/jwks.json — the documents verifiers poll most — without
+// echo's routing and request context (issue 18: a JWKS at the cost of a
+// bare net/http handler). The answer is the routed one's, header for
+// header (TestJWKSDirectSameAnswer): the public rate limit, X-Request-Id
+// (the caller's when sane, else a new one), CORS, Cache-Control, ETag and
+// 304, and the document metric. It reports false, leaving the request to
+// echo, for any other request and for every answer that is not the
+// document (unknown key, no default key yet, rate limited, an escaped
+// path), so errors keep one code path.
+func (s *Server) serveJWKSDirect(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	p := r.URL.Path
+	if r.URL.RawPath != "" || !strings.HasSuffix(p, "/jwks.json") {
+		return false
+	}
+	ring := s.cfg.Manager.Keyring()
+	var d jwksserve.Document
+	switch {
+	case p == "/.well-known/jwks.json":
+		issuer := requestHost(r)
+		if _, ok := ring.IssuerJWKS[issuer]; !ok || issuer == "" {
+			e, ok := ring.Keys[ring.Default]
+			if !ok {
+				return false
+			}
+			issuer = e.Key.Issuer
+		}
+		d = ring.IssuerJWKS[issuer]
+	case strings.HasPrefix(p, "/v1/keys/"):
+		name := p[len("/v1/keys/") : len(p)-len("/jwks.json")]
+		e, ok := ring.Keys[name]
+		if !ok || strings.IndexByte(name, '/') >= 0 {
+			return false
+		}
+		d = e.JWKS
+	default:
+		return false
+	}
+	if d.Body == nil {
+		return false
+	}
+	if ok, _ := s.public.allow("", s.cfg.Now()); !ok {
+		return false // echo answers the 429 (a refused take costs no token)
+	}
+	h := w.Header()
+	switch id := r.Header.Get(echo.HeaderXRequestID); {
+	case id == "":
+		h[echo.HeaderXRequestID] = []string{randomID()}
+	case validRequestID(id):
+		h[echo.HeaderXRequestID] = []string{id}
+	}
+	h["Access-Control-Allow-Origin"] = corsAnyOrigin
+	h["Access-Control-Expose-Headers"] = corsExposed
+	status := jwksserve.ServeMaxAge(w, r, d, int(s.cfg.Manager.JWKSMaxAge()/time.Second))
+	m := s.metrics
+	m.docRequestsC.get(m.docRequests.WithLabelValues, "jwks", statusLabel(status)).Inc()
+	return true
 }
 
 // surfaceGuard refuses routes of surfaces the listener does not serve.

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -111,5 +112,85 @@ func TestLayerScopes(t *testing.T) {
 		} else {
 			wantStatus(t, c.path, resp, body, c.status)
 		}
+	}
+}
+
+// TestJWKSDirectSameAnswer: the JWKS answered without echo's routing
+// (serveJWKSDirect, issue 18) is the routed answer, status, headers and
+// body, for every way of asking (default and per key, GET and HEAD, 200
+// and 304, each X-Request-Id case, an issuer's Host), and what it does not
+// answer — an unknown key, a nested path, an escaped path, a rate-limited
+// caller — goes to echo and gets echo's error.
+func TestJWKSDirectSameAnswer(t *testing.T) {
+	h := newHarness(t, harnessOpts{PublicRateLimit: api.RateLimit{PerSecond: 0.001, Burst: 100}})
+	h.createKey("villa", villa, fixedKind)
+	srv := api.New(api.Config{Manager: h.mgr, Auth: h.auth, Store: h.store, PublicRateLimit: api.RateLimit{PerSecond: 0.001, Burst: 100}})
+	direct := srv.HandlerForListener("public", api.SurfacePublic)
+	routed := api.RoutedOnly(srv, api.SurfacePublic)
+	etag := func() string {
+		rec := httptest.NewRecorder()
+		routed.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/keys/villa/jwks.json", nil))
+		return rec.Header().Get("Etag")
+	}()
+	if etag == "" {
+		t.Fatal("no ETag")
+	}
+	type ask struct {
+		method, path string
+		header       map[string]string
+		host         string
+	}
+	answer := func(hd http.Handler, a ask) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(a.method, a.path, nil)
+		for k, v := range a.header {
+			req.Header.Set(k, v)
+		}
+		if a.host != "" {
+			req.Host = a.host
+		}
+		rec := httptest.NewRecorder()
+		hd.ServeHTTP(rec, req)
+		return rec
+	}
+	same := func(a ask, wantStatus int) {
+		t.Helper()
+		d, r := answer(direct, a), answer(routed, a)
+		if d.Code != wantStatus || r.Code != wantStatus {
+			t.Fatalf("%s %s %v: direct %d, routed %d, want %d", a.method, a.path, a.header, d.Code, r.Code, wantStatus)
+		}
+		dh, rh := d.Header().Clone(), r.Header().Clone()
+		if a.header["X-Request-Id"] == "" && len(dh.Get("X-Request-Id")) == 16 && len(rh.Get("X-Request-Id")) == 16 {
+			dh.Del("X-Request-Id") // both generated: random
+			rh.Del("X-Request-Id")
+		}
+		if fmt.Sprint(dh) != fmt.Sprint(rh) || d.Body.String() != r.Body.String() {
+			t.Fatalf("%s %s %v:\ndirect %v %q\nrouted %v %q", a.method, a.path, a.header, dh, d.Body, rh, r.Body)
+		}
+	}
+	for _, path := range []string{"/v1/keys/villa/jwks.json", "/.well-known/jwks.json"} {
+		for _, m := range []string{http.MethodGet, http.MethodHead} {
+			same(ask{method: m, path: path}, 200)
+			same(ask{method: m, path: path, header: map[string]string{"X-Request-Id": "node-1:abc"}}, 200)
+			same(ask{method: m, path: path, header: map[string]string{"X-Request-Id": strings.Repeat("x", 65)}}, 200)
+			same(ask{method: m, path: path, header: map[string]string{"If-None-Match": etag}}, 304)
+			same(ask{method: m, path: path, header: map[string]string{"If-None-Match": `"other", W/` + etag}}, 304)
+			same(ask{method: m, path: path, host: villa + ":8443"}, 200)
+		}
+	}
+	same(ask{method: http.MethodGet, path: "/v1/keys/nope/jwks.json"}, 404)
+	same(ask{method: http.MethodGet, path: "/v1/keys/villa/x/jwks.json"}, 404)
+	same(ask{method: http.MethodGet, path: "/v1/keys/vill%61/jwks.json"}, 404) // echo does not unescape the name
+	same(ask{method: http.MethodPost, path: "/v1/keys/villa/jwks.json"}, 405)
+	// (The documents metric of direct answers: TestMetrics counts them.)
+	// The direct path takes from the public bucket like the routed one;
+	// once it is empty, echo answers the 429.
+	var d *httptest.ResponseRecorder
+	for n := 0; n < 200; n++ {
+		if d = answer(direct, ask{method: http.MethodGet, path: "/v1/keys/villa/jwks.json"}); d.Code != http.StatusOK {
+			break
+		}
+	}
+	if d.Code != http.StatusTooManyRequests || !strings.Contains(d.Body.String(), `"code":"rate_limited"`) || d.Header().Get("Retry-After") == "" {
+		t.Fatalf("over the public rate limit: %d %s", d.Code, d.Body)
 	}
 }

@@ -162,8 +162,9 @@ func BuildEntriesJWKS(entries []Entry) (Document, error) {
 func Serve(w http.ResponseWriter, r *http.Request, d Document) { ServeMaxAge(w, r, d, MaxAge) }
 
 // ServeMaxAge is Serve with Cache-Control max-age=maxAge seconds (at most
-// MaxAge: the VRP specification §3.1 cap).
-func ServeMaxAge(w http.ResponseWriter, r *http.Request, d Document, maxAge int) {
+// MaxAge: the VRP specification §3.1 cap). It returns the status written:
+// 200, or 304 (no body, no Content-Length).
+func ServeMaxAge(w http.ResponseWriter, r *http.Request, d Document, maxAge int) int {
 	maxAge = min(max(maxAge, 0), MaxAge)
 	h := w.Header()
 	// Direct assignment of canonical keys with shared, never-mutated
@@ -175,7 +176,7 @@ func ServeMaxAge(w http.ResponseWriter, r *http.Request, d Document, maxAge int)
 	for _, inm := range r.Header["If-None-Match"] {
 		if etagMatch(inm, d.ETag) {
 			w.WriteHeader(http.StatusNotModified)
-			return
+			return http.StatusNotModified
 		}
 	}
 	h["Content-Length"] = orNew(d.lengthHeader, strconv.Itoa(len(d.Body)))
@@ -183,6 +184,7 @@ func ServeMaxAge(w http.ResponseWriter, r *http.Request, d Document, maxAge int)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write(d.Body)
 	}
+	return http.StatusOK
 }
 
 var (
