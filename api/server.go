@@ -381,7 +381,7 @@ func (s *Server) serveJWKSDirect(w http.ResponseWriter, r *http.Request) bool {
 			issuer = e.Key.Issuer
 		}
 		d = ring.IssuerJWKS[issuer]
-	case strings.HasPrefix(p, "/v1/keys/"):
+	case strings.HasPrefix(p, "/v1/keys/") && len(p) > len("/v1/keys/")+len("/jwks.json"):
 		name := p[len("/v1/keys/") : len(p)-len("/jwks.json")]
 		e, ok := ring.Keys[name]
 		if !ok || strings.IndexByte(name, '/') >= 0 {

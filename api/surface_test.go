@@ -178,6 +178,8 @@ func TestJWKSDirectSameAnswer(t *testing.T) {
 		}
 	}
 	same(ask{method: http.MethodGet, path: "/v1/keys/nope/jwks.json"}, 404)
+	same(ask{method: http.MethodGet, path: "/v1/keys/jwks.json"}, 404)  // the prefix and suffix overlap: no name
+	same(ask{method: http.MethodGet, path: "/v1/keys//jwks.json"}, 404) // an empty name
 	same(ask{method: http.MethodGet, path: "/v1/keys/villa/x/jwks.json"}, 404)
 	same(ask{method: http.MethodGet, path: "/v1/keys/vill%61/jwks.json"}, 404) // echo does not unescape the name
 	same(ask{method: http.MethodPost, path: "/v1/keys/villa/jwks.json"}, 405)
