@@ -530,11 +530,12 @@ func (a *Anchor) markSubmitted(evs []Event) {
 	}
 }
 
-// resubmitStored records the anchor_events this process has not recorded:
-// written by another process whose submission failed (an offline tokens
-// command while a log was down; another replica is recorded by its own
-// client), so they reach the log without waiting for a restart. One read
-// of anchor_events per call (lifecycle events: rare, small).
+// resubmitStored records the anchor_events this process has not recorded
+// — an offline tokens command's whose log did not take them, so they reach
+// the log without waiting for a restart. Rows another replica stored (and
+// recorded) are recorded once more here, as a start does: the log keeps one
+// entry per hash. One read of anchor_events per call (lifecycle events:
+// rare, small).
 func (a *Anchor) resubmitStored(ctx context.Context) {
 	if a.rec == nil {
 		return
