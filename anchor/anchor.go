@@ -507,14 +507,27 @@ func (a *Anchor) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	evs := make([]Event, 0, len(stored))
-	for _, s := range stored {
-		evs = append(evs, Event{Kind: s.Kind, Subject: s.Subject, JWS: s.JWS, Hash: s.Hash})
+	if err := a.submitStored(ctx, stored, false); err != nil {
+		return fmt.Errorf("anchor: submitting stored key-history events: %w", err)
 	}
+	return nil
+}
+
+// submitStored records stored events, 1,000 per Record, and marks them
+// submitted; with onlyNew, only those this process has not recorded.
+func (a *Anchor) submitStored(ctx context.Context, stored []store.AnchorEvent, onlyNew bool) error {
+	evs := make([]Event, 0, len(stored))
+	a.mu.Lock()
+	for _, s := range stored {
+		if !onlyNew || !a.submitted[s.Hash] {
+			evs = append(evs, Event{Kind: s.Kind, Subject: s.Subject, JWS: s.JWS, Hash: s.Hash})
+		}
+	}
+	a.mu.Unlock()
 	for len(evs) > 0 {
 		n := min(len(evs), 1000)
 		if err := a.submit(ctx, evs[:n]); err != nil {
-			return fmt.Errorf("anchor: submitting stored key-history events: %w", err)
+			return err
 		}
 		a.markSubmitted(evs[:n])
 		evs = evs[n:]
@@ -545,22 +558,8 @@ func (a *Anchor) resubmitStored(ctx context.Context) {
 		a.log.Warn("anchor: reading anchor_events to submit new ones failed", "err", err)
 		return
 	}
-	var evs []Event
-	a.mu.Lock()
-	for _, s := range stored {
-		if !a.submitted[s.Hash] {
-			evs = append(evs, Event{Kind: s.Kind, Subject: s.Subject, JWS: s.JWS, Hash: s.Hash})
-		}
-	}
-	a.mu.Unlock()
-	for len(evs) > 0 {
-		n := min(len(evs), 1000)
-		if err := a.submit(ctx, evs[:n]); err != nil {
-			a.log.Warn("anchor: submitting stored key-history events failed; retrying at the next check", "events", len(evs), "err", err)
-			return
-		}
-		a.markSubmitted(evs[:n])
-		evs = evs[n:]
+	if err := a.submitStored(ctx, stored, true); err != nil {
+		a.log.Warn("anchor: submitting stored key-history events failed; retrying at the next check", "err", err)
 	}
 }
 

@@ -368,23 +368,18 @@ func (s *Server) serveJWKSDirect(w http.ResponseWriter, r *http.Request) bool {
 	if r.URL.RawPath != "" || !strings.HasSuffix(p, "/jwks.json") {
 		return false
 	}
-	ring := s.cfg.Manager.Keyring()
 	var d jwksserve.Document
 	switch {
 	case p == "/.well-known/jwks.json":
-		issuer := requestHost(r)
-		if _, ok := ring.IssuerJWKS[issuer]; !ok || issuer == "" {
-			e, ok := ring.Keys[ring.Default]
-			if !ok {
-				return false
-			}
-			issuer = e.Key.Issuer
+		ring, issuer, err := s.issuerOf(r)
+		if err != nil {
+			return false
 		}
 		d = ring.IssuerJWKS[issuer]
 	case strings.HasPrefix(p, "/v1/keys/") && len(p) > len("/v1/keys/")+len("/jwks.json"):
 		name := p[len("/v1/keys/") : len(p)-len("/jwks.json")]
-		e, ok := ring.Keys[name]
-		if !ok || strings.IndexByte(name, '/') >= 0 {
+		e, err := s.entry(name)
+		if err != nil || strings.IndexByte(name, '/') >= 0 {
 			return false
 		}
 		d = e.JWKS
@@ -819,8 +814,13 @@ func (s *Server) entry(name string) (*rotation.KeyEntry, error) {
 // the issuer of a key, else the default key's issuer (404 key_not_found
 // before any key exists).
 func (s *Server) issuerDocs(c echo.Context) (*rotation.Keyring, string, error) {
+	return s.issuerOf(c.Request())
+}
+
+// issuerOf is issuerDocs for a request outside echo.
+func (s *Server) issuerOf(r *http.Request) (*rotation.Keyring, string, error) {
 	ring := s.cfg.Manager.Keyring()
-	if host := requestHost(c.Request()); host != "" {
+	if host := requestHost(r); host != "" {
 		if _, ok := ring.IssuerJWKS[host]; ok {
 			return ring, host, nil
 		}

@@ -284,10 +284,7 @@ func (f *cliAnchorFlags) wrap(ctx context.Context, st store.Store, create bool, 
 	if err != nil {
 		return nil, err
 	}
-	logs := make([]tlogclient.Log, len(hl))
-	for i, l := range hl {
-		logs[i] = l
-	}
+	logs := asLogs(hl)
 	f.rec = &logsRecorder{logs: logs}
 	a, err := anchor.New(anchor.Config{Key: key, Logs: logs, LogKeys: keys, Store: st, Recorder: f.rec,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

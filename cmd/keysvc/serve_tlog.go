@@ -299,6 +299,15 @@ func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (
 	return p, nil
 }
 
+// asLogs is hls as the Log interface tlogclient and anchor take.
+func asLogs(hls []*tlogclient.HTTPLog) []tlogclient.Log {
+	logs := make([]tlogclient.Log, len(hls))
+	for i, l := range hls {
+		logs[i] = l
+	}
+	return logs
+}
+
 // httpLogs makes the client's view of each log URL: Signed Entry Promises
 // checked against the keys of logKeysFile (a JWK Set; default each log's
 // own jwks.json), submit tokens from tokenFile (--tlog-token-file).

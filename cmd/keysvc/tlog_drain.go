@@ -59,11 +59,7 @@ arguments or an unreadable spool.`,
 				return err
 			}
 			defer sp.Close()
-			logs := make([]tlogclient.Log, len(hls))
-			for i, l := range hls {
-				logs[i] = l
-			}
-			c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: logs, Logger: log})
+			c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: asLogs(hls), Logger: log})
 			if err != nil {
 				return err
 			}
@@ -77,7 +73,7 @@ arguments or an unreadable spool.`,
 				return exitError{1}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "drained: %d leaves delivered to %d logs in %s; %s owes nothing\n",
-				n, len(logs), time.Since(start).Round(time.Millisecond), spoolDir)
+				n, len(hls), time.Since(start).Round(time.Millisecond), spoolDir)
 			return nil
 		},
 	}
