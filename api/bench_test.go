@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
 	"io"
 	"log/slog"
 	"net/http"
@@ -130,6 +131,9 @@ func BenchmarkHTTPSign(b *testing.B) {
 	}
 }
 
+// benchOffer is bench/sidebyside's 258-byte offer, RFC 8785 already.
+const benchOffer = `{"check_in":"2026-09-02","check_out":"2026-09-05","currency":"SEK","guests":2,"nights":3,"offer_id":"offer:villaakerlyckan.se:2026-09-02/05","price":"3600.00","property":"villaakerlyckan.se","room":"sjostugan","terms":"https://villaakerlyckan.se/terms/2026"}`
+
 // benchBodies are the request bodies of the benchmarks: typical tool-call
 // shapes (a VRP offer query).
 var benchBodies = func() map[string]string {
@@ -141,6 +145,7 @@ var benchBodies = func() map[string]string {
 	}
 	return map[string]string{
 		"sign":          `{"payload":{"offer_id":"offer:villaakerlyckan.se:2026-09-02/05"}}`,
+		"sign-offer":    `{"payload":` + benchOffer + `}`,
 		"mcp-transport": `{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02","checkOut":"2026-09-05","guests":2}}`,
 		"sign:batch":    `{"items":[` + strings.Join(signItems, ",") + `]}`,
 		// The same payloads as a careful client sends them: RFC 8785 already.
@@ -166,9 +171,34 @@ func BenchmarkHandler(b *testing.B) {
 			_ = ed25519.Sign(key, input)
 		}
 	})
-	for _, name := range []string{"sign", "mcp-transport", "sign:batch", "sign:batch-canonical", "mcp-transport:batch"} {
+	// The signing floor of bench/sidebyside in process: read the body,
+	// Ed25519 over it, a JSON answer — what net/http and a bare handler
+	// cost with httptest's request and recorder, before keysvc does
+	// anything; compare with sign-offer (the same payload through keysvc).
+	b.Run("floor_sign", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b, processCPU())
+		floor := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			in, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			w.Header()["Content-Type"] = []string{"application/json"}
+			out := append(make([]byte, 0, 110), `{"signature":"`...)
+			out = base64.RawURLEncoding.AppendEncode(out, ed25519.Sign(key, in))
+			_, _ = w.Write(append(out, '"', '}'))
+		})
+		for b.Loop() {
+			req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(benchOffer))
+			rec := httptest.NewRecorder()
+			floor.ServeHTTP(rec, req)
+		}
+	})
+	for _, name := range []string{"sign", "sign-offer", "mcp-transport", "sign:batch", "sign:batch-canonical", "mcp-transport:batch"} {
 		body := benchBodies[name]
 		route, _ := strings.CutSuffix(name, "-canonical")
+		route, _ = strings.CutSuffix(route, "-offer")
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			defer reportCPU(b, processCPU())

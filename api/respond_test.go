@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/go-json-experiment/json"
@@ -41,5 +42,33 @@ func TestAppendJSONMatchesMarshal(t *testing.T) {
 		if got := c.v.appendJSON(nil); string(got) != string(want) {
 			t.Errorf("%s:\n got  %s\n want %s", c.name, got, want)
 		}
+	}
+}
+
+// TestPlainASCII holds the word-at-a-time test to the byte loop: every
+// byte value at every position of strings of 0–24 bytes, over a plain
+// background and next to each other byte value.
+func TestPlainASCII(t *testing.T) {
+	for n := 0; n <= 24; n++ {
+		for pos := 0; pos < n; pos++ {
+			for c := 0; c < 256; c++ {
+				b := []byte(strings.Repeat("eyJ-_.9", 4)[:n])
+				b[pos] = byte(c)
+				if got, want := plainASCII(string(b)), plainBytes(string(b)); got != want {
+					t.Fatalf("%q: plainASCII %v, byte loop %v", b, got, want)
+				}
+				if pos+1 < n {
+					for d := 0; d < 256; d += 17 {
+						b[pos+1] = byte(d)
+						if got, want := plainASCII(string(b)), plainBytes(string(b)); got != want {
+							t.Fatalf("%q: plainASCII %v, byte loop %v", b, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+	if !plainASCII(" ~") || plainASCII("\x1f") || plainASCII("\x7f") || plainASCII(`a"`) || plainASCII(`\`) {
+		t.Fatal("boundaries")
 	}
 }

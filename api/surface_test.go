@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keysvc/keysvc/api"
 )
@@ -195,4 +196,68 @@ func TestJWKSDirectSameAnswer(t *testing.T) {
 	if d.Code != http.StatusTooManyRequests || !strings.Contains(d.Body.String(), `"code":"rate_limited"`) || d.Header().Get("Retry-After") == "" {
 		t.Fatalf("over the public rate limit: %d %s", d.Code, d.Body)
 	}
+}
+
+// TestSignDirectSameAnswer: the signing routes run without echo's router
+// (serveSignDirect, issue 18) give the routed answer — status, headers,
+// body — for successes and for every kind of refusal (no token, wrong
+// scope, unknown key, wrong content type, bad JSON, an unknown field), and
+// what the direct path does not take (an escaped or nested path, another
+// method) goes to echo. The fixed test backend signs deterministically, so
+// the JWS bytes of both paths are equal.
+func TestSignDirectSameAnswer(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.createKey("villa", villa, fixedKind)
+	tok := h.token("all", tokenOK, api.ScopeSignAll)
+	jwsOnly := h.token("jws", tokenOK, "sign:villa:jws")
+	srv := api.New(api.Config{Manager: h.mgr, Auth: h.auth, Store: h.store})
+	direct := srv.HandlerForListener("sign", api.SurfaceSign)
+	routed := api.RoutedOnly(srv, api.SurfaceSign)
+	sign := `{"payload":{"offer_id":"offer:1","price":"10.00"}}`
+	transport := `{"tool":"get_offer","arguments":{"checkIn":"2026-09-02"},"served_at":"` + time.Now().UTC().Format(time.RFC3339) + `"}`
+	type ask struct{ method, path, tok, ctype, body string }
+	answer := func(hd http.Handler, a ask) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(a.method, a.path, strings.NewReader(a.body))
+		if a.tok != "" {
+			req.Header.Set("Authorization", "Bearer "+a.tok)
+		}
+		if a.ctype != "" {
+			req.Header.Set("Content-Type", a.ctype)
+		}
+		req.Header.Set("X-Request-Id", "node-1:abc")
+		rec := httptest.NewRecorder()
+		hd.ServeHTTP(rec, req)
+		return rec
+	}
+	same := func(a ask, wantStatus int) {
+		t.Helper()
+		d, r := answer(direct, a), answer(routed, a)
+		if d.Code != wantStatus || r.Code != wantStatus {
+			t.Fatalf("%s %s: direct %d %s, routed %d %s, want %d", a.method, a.path, d.Code, d.Body, r.Code, r.Body, wantStatus)
+		}
+		if fmt.Sprint(d.Header()) != fmt.Sprint(r.Header()) || d.Body.String() != r.Body.String() {
+			t.Fatalf("%s %s:\ndirect %v %q\nrouted %v %q", a.method, a.path, d.Header(), d.Body, r.Header(), r.Body)
+		}
+	}
+	const js = "application/json"
+	same(ask{"POST", "/v1/keys/villa/sign", tok, js, sign}, 200)
+	same(ask{"POST", "/v1/keys/villa/sign", tok, "application/json; charset=UTF-8", sign}, 200)
+	same(ask{"POST", "/v1/keys/villa/sign:batch", tok, js, `{"items":[` + sign + `,{"payload":[]}]}`}, 200)
+	same(ask{"POST", "/v1/keys/villa/mcp-transport", tok, js, transport}, 200)
+	same(ask{"POST", "/v1/keys/villa/mcp-transport:batch", tok, js, `{"items":[` + transport + `]}`}, 200)
+	same(ask{"POST", "/v1/keys/villa/sign", "", js, sign}, 401)
+	same(ask{"POST", "/v1/keys/villa/sign", "nope", js, sign}, 401)
+	same(ask{"POST", "/v1/keys/villa/mcp-transport", jwsOnly, js, transport}, 403)
+	same(ask{"POST", "/v1/keys/nope/sign", tok, js, sign}, 404)
+	same(ask{"POST", "/v1/keys/villa/sign", tok, "text/plain", sign}, 415)
+	same(ask{"POST", "/v1/keys/villa/sign", tok, "application/json; charset=latin1", sign}, 415)
+	same(ask{"POST", "/v1/keys/villa/sign", tok, js, `{"payload":{"a":1,"a":2}}`}, 400)
+	same(ask{"POST", "/v1/keys/villa/sign", tok, js, `{"payload":{"a":1},"extra":1}`}, 400)
+	same(ask{"POST", "/v1/keys/villa/sign", tok, js, `{"payload":{"a":1}} x`}, 400)
+	same(ask{"POST", "/v1/keys/villa/sign", tok, js, `{"typ":"x","payload":{"b":[1,2],"a":"\u00e9"}}`}, 200)
+	same(ask{"POST", "/v1/keys/vill%61/sign", tok, js, sign}, 404) // echo does not unescape the name
+	same(ask{"POST", "/v1/keys/villa/x/sign", tok, js, sign}, 404)
+	same(ask{"POST", "/v1/keys//sign", tok, js, sign}, 404)
+	same(ask{"POST", "/v1/keys/villa/sign/", tok, js, sign}, 404)
+	same(ask{"GET", "/v1/keys/villa/sign", tok, "", ""}, 405)
 }
