@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/keysvc/keysvc/internal/strictjson"
+	"github.com/keysvc/keysvc/signer"
 )
 
 // ItemError is the error of one batch item.
@@ -130,12 +131,9 @@ func runBatch[R any, T issuer](s *Server, c echo.Context, one func(req R) (T, er
 				continue
 			}
 			req = *new(R)
-			if fd, ok := any(&req).(commonShapeDecoder); !ok || !fd.decodeCommon(raw) {
-				req = *new(R)
-				if err := strictjson.Decode(raw, &req, strictjson.Limits{}); err != nil {
-					out.Results[i].Error = itemError(jsonError(err))
-					continue
-				}
+			if err := decodeItem(raw, &req); err != nil {
+				out.Results[i].Error = itemError(err)
+				continue
 			}
 			res, err := one(req)
 			if err != nil {
@@ -215,13 +213,29 @@ func (s *Server) transportBatch(c echo.Context) error {
 	})
 }
 
-// commonShapeDecoder is a batch item type with a decoder of its own for
-// the shape nearly every item has; decodeCommon returns false for
-// anything else, which then goes to strictjson.Decode and its exact
-// errors. It exists because reflection decoding was 7 % of a batch's
-// server CPU (issue 18).
+// commonShapeDecoder is a request type (a single request or a batch
+// item) with a decoder of its own for the shape nearly every request has;
+// decodeCommon returns false for anything else, which then goes to
+// strictjson.Decode and its exact errors. It exists because reflection
+// decoding was 7 % of a batch's server CPU (issue 18).
 type commonShapeDecoder interface {
 	decodeCommon(raw []byte) bool
+}
+
+// decodeItem decodes raw, a request body or a batch item that the caller
+// owns (the result may point into it), into *req: through R's
+// decodeCommon when it has one and raw has the common shape, else through
+// strictjson.Decode, whose errors come back as the 400 jsonError maps
+// them to. *req must be zero.
+func decodeItem[R any](raw []byte, req *R) error {
+	if fd, ok := any(req).(commonShapeDecoder); ok && fd.decodeCommon(raw) {
+		return nil
+	}
+	*req = *new(R) // decodeCommon may have set members before it gave up
+	if err := strictjson.Decode(raw, req, strictjson.Limits{}); err != nil {
+		return jsonError(err)
+	}
+	return nil
 }
 
 // decodeCommon decodes {"payload":{...}} with an optional "typ" string in
@@ -232,6 +246,10 @@ type commonShapeDecoder interface {
 // body, which the handler owns) with its capacity cut at its end, so that
 // formatting it in place cannot reach the next item.
 func (r *signRequest) decodeCommon(raw []byte) bool {
+	if r.decodeCanonical(raw) {
+		return true
+	}
+	*r = signRequest{}
 	ok := false
 	_ = strictjson.WithDecoder(raw, func(dec *jsontext.Decoder) error {
 		if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
@@ -273,6 +291,107 @@ func (r *signRequest) decodeCommon(raw []byte) bool {
 			return nil // trailing data
 		}
 		ok = r.Payload != nil
+		return nil
+	})
+	return ok
+}
+
+// decodeCanonical decodes the bytes a careful client sends, with no
+// decoder at all: exactly {"payload":P} or {"payload":P,"typ":"T"}, no
+// whitespace, where P is an object that signer.CanonicalPrefix measures
+// (valid, already RFC 8785, nested at most maxPayloadDepth deep) and T
+// printable ASCII without '"' or '\'. Such bytes are one JSON value with
+// distinct names, valid UTF-8 and bounded depth — what strictjson.Decode
+// checks — and P needs no formatting, so r.canonical is set. Anything
+// else returns false.
+func (r *signRequest) decodeCanonical(raw []byte) bool {
+	const head = `{"payload":`
+	if len(raw) < len(head)+3 || string(raw[:len(head)]) != head || raw[len(head)] != '{' {
+		return false
+	}
+	rest := raw[len(head):]
+	n := signer.CanonicalPrefix(rest, maxPayloadDepth)
+	if n < 0 {
+		return false
+	}
+	end := len(head) + n
+	switch tail := raw[end:]; {
+	case len(tail) == 1 && tail[0] == '}':
+	case len(tail) >= len(`,"typ":""}`) && string(tail[:len(`,"typ":"`)]) == `,"typ":"` && string(tail[len(tail)-2:]) == `"}`:
+		typ := tail[len(`,"typ":"`) : len(tail)-2]
+		if !plainASCII(string(typ)) {
+			return false
+		}
+		r.Typ = string(typ)
+	default:
+		return false
+	}
+	r.Payload = jsontext.Value(raw[len(head):end:end])
+	r.canonical = true
+	return true
+}
+
+// decodeCommon decodes a transport request whose members are all of the
+// expected kinds — "arguments" an object, every other member a string —
+// in one pass, under the rules of signRequest.decodeCommon (duplicate
+// names, UTF-8, nesting, trailing data). Arguments is a slice of raw,
+// its capacity cut at its end. Any other member, or a member of another
+// kind, returns false.
+func (r *transportRequest) decodeCommon(raw []byte) bool {
+	ok := false
+	_ = strictjson.WithDecoder(raw, func(dec *jsontext.Decoder) error {
+		if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+			return nil
+		}
+		for dec.PeekKind() == '"' {
+			name, err := dec.ReadValue() // quoted; a name with escapes matches no case
+			if err != nil {
+				return nil
+			}
+			var dst *string
+			switch string(name) {
+			case `"arguments"`:
+				if dec.PeekKind() != '{' {
+					return nil
+				}
+				v, err := dec.ReadValue()
+				if err != nil || nestingDepth(v) > maxPayloadDepth {
+					return nil
+				}
+				end := int(dec.InputOffset())
+				r.Arguments = jsontext.Value(raw[end-len(v) : end : end])
+				continue
+			case `"tool"`:
+				dst = &r.Tool
+			case `"served_at"`:
+				dst = &r.ServedAt
+			case `"offer_ref"`:
+				dst = &r.OfferRef
+			case `"session_id"`:
+				dst = &r.SessionID
+			case `"ref"`:
+				dst = &r.Ref
+			case `"valid_for"`:
+				dst = &r.ValidFor
+			default:
+				return nil
+			}
+			if dec.PeekKind() != '"' {
+				return nil
+			}
+			tok, err := dec.ReadToken()
+			if err != nil {
+				return nil
+			}
+			*dst = tok.String()
+		}
+		if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
+			return nil
+		}
+		if _, err := dec.ReadToken(); err != io.EOF {
+			return nil // trailing data
+		}
+		ok = r.Arguments != nil
 		return nil
 	})
 	return ok

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/keysvc/keysvc/internal/strictjson"
+	"github.com/keysvc/keysvc/signer"
 )
 
 // TestDecodeCommonMatchesStrict: the batch item fast path decodes exactly
@@ -13,31 +14,44 @@ import (
 // gets strictjson.Decode's own errors).
 func TestDecodeCommonMatchesStrict(t *testing.T) {
 	for _, c := range []struct {
-		item string
-		fast bool
+		item            string
+		fast, canonical bool
 	}{
-		{`{"payload":{"a":1}}`, true},
-		{`{"typ":"offer+jwt","payload":{"b":[1,2],"a":{"c":null}}}`, true},
-		{` { "payload" : { "z" : "\u00e9" } , "typ" : "x" } `, true},
-		{`{"payload":{"a":1},"typ":null}`, false},
-		{`{"payload":null}`, false},
-		{`{"payload":[1]}`, false},
-		{`{"payload":{"a":1},"extra":1}`, false},
-		{`{"p\u0061yload":{"a":1}}`, false},
-		{`{"payload":{"a":1},"payload":{"a":2}}`, false},
-		{`{"payload":{"a":1,"a":2}}`, false},
-		{`{"typ":"x"}`, false},
-		{`{}`, false},
-		{`[]`, false},
-		{`{"payload":{"a":1}} x`, false},
-		{"{\"payload\":{\"a\":\"\xff\"}}", false},
-		{`{"payload":{"a":"\ud800"}}`, false},
-		{`{"payload":{"a":1}}{}`, false},
-		{`{"payload":{"a":"]}\"{"}}`, true},
-		{`{"payload":` + strings.Repeat(`{"a":`, 30) + `{}` + strings.Repeat(`}`, 30) + `}`, true},  // depth 32 with the item
-		{`{"payload":` + strings.Repeat(`{"a":`, 31) + `{}` + strings.Repeat(`}`, 31) + `}`, false}, // 33: too deep
-		{`{"payload":{"a":[` + strings.Repeat(`[`, 29) + strings.Repeat(`]`, 29) + `]}}`, true},
-		{`{"payload":{"a":[` + strings.Repeat(`[`, 30) + strings.Repeat(`]`, 30) + `]}}`, false},
+		{`{"payload":{"a":1}}`, true, true},
+		{`{"payload":{"a":1},"typ":"offer+jwt"}`, true, true},
+		{`{"payload":{"a":1},"typ":""}`, true, true},
+		{`{"payload":{"a":[1,{"b":null}],"c":"d"}}`, true, true},
+		{`{"payload":{"b":1,"a":1}}`, true, false},        // not RFC 8785: formatted by signOne
+		{`{"payload":{"a":1.5}}`, true, false},            // numbers with a fraction: the formatter's
+		{`{"payload":{"a":1} }`, true, false},             // whitespace after the payload
+		{`{"payload":{"a":1},"typ":"a\"b"}`, true, false}, // an escape in typ
+		{`{"payload":{"a":1},"typ":"x","typ":"y"}`, false, false},
+		{`{"payload":{"a":1},"typ":"x"}x`, false, false},
+		{`{"payload":{"a":1,}}`, false, false},
+		{`{"payload":{"a":1}`, false, false},
+		{`{"payload":{"a":1}}}`, false, false},
+		{`{"payload":{"a":1},"typ":"x"`, false, false},
+		{`{"typ":"offer+jwt","payload":{"b":[1,2],"a":{"c":null}}}`, true, false},
+		{` { "payload" : { "z" : "\u00e9" } , "typ" : "x" } `, true, false},
+		{`{"payload":{"a":1},"typ":null}`, false, false},
+		{`{"payload":null}`, false, false},
+		{`{"payload":[1]}`, false, false},
+		{`{"payload":{"a":1},"extra":1}`, false, false},
+		{`{"p\u0061yload":{"a":1}}`, false, false},
+		{`{"payload":{"a":1},"payload":{"a":2}}`, false, false},
+		{`{"payload":{"a":1,"a":2}}`, false, false},
+		{`{"typ":"x"}`, false, false},
+		{`{}`, false, false},
+		{`[]`, false, false},
+		{`{"payload":{"a":1}} x`, false, false},
+		{"{\"payload\":{\"a\":\"\xff\"}}", false, false},
+		{`{"payload":{"a":"\ud800"}}`, false, false},
+		{`{"payload":{"a":1}}{}`, false, false},
+		{`{"payload":{"a":"]}\"{"}}`, true, false},
+		{`{"payload":` + strings.Repeat(`{"a":`, 30) + `{}` + strings.Repeat(`}`, 30) + `}`, true, true},   // depth 32 with the item
+		{`{"payload":` + strings.Repeat(`{"a":`, 31) + `{}` + strings.Repeat(`}`, 31) + `}`, false, false}, // 33: too deep
+		{`{"payload":{"a":[` + strings.Repeat(`[`, 29) + strings.Repeat(`]`, 29) + `]}}`, true, true},
+		{`{"payload":{"a":[` + strings.Repeat(`[`, 30) + strings.Repeat(`]`, 30) + `]}}`, false, false},
 	} {
 		var fast signRequest
 		got := fast.decodeCommon([]byte(c.item))
@@ -59,6 +73,23 @@ func TestDecodeCommonMatchesStrict(t *testing.T) {
 		if cap(fast.Payload) != len(fast.Payload) {
 			t.Errorf("%s: payload capacity %d reaches past its %d bytes", c.item, cap(fast.Payload), len(fast.Payload))
 		}
+		if fast.canonical != c.canonical {
+			t.Errorf("%s: canonical = %v, want %v", c.item, fast.canonical, c.canonical)
+		}
+		checkCanonicalFlag(t, c.item, fast)
+	}
+}
+
+// checkCanonicalFlag: a payload decodeCommon marks canonical is its own
+// RFC 8785 form, so signOne may sign it without the formatter.
+func checkCanonicalFlag(t *testing.T, item string, r signRequest) {
+	t.Helper()
+	if !r.canonical {
+		return
+	}
+	out, err := signer.Canonicalize(r.Payload)
+	if err != nil || !bytes.Equal(out, r.Payload) {
+		t.Errorf("%s: payload marked canonical, but its RFC 8785 form is %q (%v)", item, out, err)
 	}
 }
 
@@ -82,6 +113,92 @@ func FuzzDecodeCommon(f *testing.F) {
 		}
 		if !bytes.Equal(fast.Payload, strict.Payload) || fast.Typ != strict.Typ {
 			t.Fatalf("%q: fast %q %q, strict %q %q", item, fast.Payload, fast.Typ, strict.Payload, strict.Typ)
+		}
+		checkCanonicalFlag(t, string(item), fast)
+	})
+}
+
+// TestTransportDecodeCommonMatchesStrict: the transport request's fast
+// path (single requests and batch items) decodes exactly what
+// strictjson.Decode decodes, and declines everything else.
+func TestTransportDecodeCommonMatchesStrict(t *testing.T) {
+	for _, c := range []struct {
+		item string
+		fast bool
+	}{
+		{`{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02","guests":2}}`, true},
+		{`{"arguments":{},"tool":"t","served_at":"2026-09-02T10:00:00Z","offer_ref":"o","session_id":"s","ref":"r","valid_for":"1h"}`, true},
+		{` { "tool" : "t\u00e9" , "arguments" : { "a" : [1,{"b":null}] } } `, true},
+		{`{"tool":"t","arguments":{"a":"]}\"{"}}`, true},
+		{`{"arguments":{"a":1}}`, true}, // no tool: transportOne answers tool is required, as after strictjson
+		{`{"tool":"t"}`, false},
+		{`{"tool":"t","arguments":null}`, false},
+		{`{"tool":"t","arguments":[1]}`, false},
+		{`{"tool":"t","arguments":"x"}`, false},
+		{`{"tool":1,"arguments":{}}`, false},
+		{`{"tool":null,"arguments":{}}`, false},
+		{`{"tool":"t","arguments":{},"served_at":null}`, false},
+		{`{"tool":"t","arguments":{},"extra":"x"}`, false},
+		{`{"t\u006fol":"t","arguments":{}}`, false},
+		{`{"tool":"t","tool":"u","arguments":{}}`, false},
+		{`{"tool":"t","arguments":{},"arguments":{}}`, false},
+		{`{"tool":"t","arguments":{"a":1,"a":2}}`, false},
+		{"{\"tool\":\"\xff\",\"arguments\":{}}", false},
+		{`{"tool":"\ud800","arguments":{}}`, false},
+		{`{"tool":"t","arguments":{}} x`, false},
+		{`{"tool":"t","arguments":{}}{}`, false},
+		{`[]`, false},
+		{`{"tool":"t","arguments":` + strings.Repeat(`{"a":`, 30) + `{}` + strings.Repeat(`}`, 30) + `}`, true},  // depth 32 with the request
+		{`{"tool":"t","arguments":` + strings.Repeat(`{"a":`, 31) + `{}` + strings.Repeat(`}`, 31) + `}`, false}, // 33: too deep
+	} {
+		var fast transportRequest
+		got := fast.decodeCommon([]byte(c.item))
+		if got != c.fast {
+			t.Errorf("decodeCommon(%s) = %v, want %v", c.item, got, c.fast)
+			continue
+		}
+		if !got {
+			continue
+		}
+		var strict transportRequest
+		if err := strictjson.Decode([]byte(c.item), &strict, strictjson.Limits{}); err != nil {
+			t.Errorf("%s: the fast path accepted what strictjson.Decode refuses: %v", c.item, err)
+			continue
+		}
+		if !sameTransportRequest(fast, strict) {
+			t.Errorf("%s: fast %+v, strict %+v", c.item, fast, strict)
+		}
+		if cap(fast.Arguments) != len(fast.Arguments) {
+			t.Errorf("%s: arguments capacity %d reaches past its %d bytes", c.item, cap(fast.Arguments), len(fast.Arguments))
+		}
+	}
+}
+
+func sameTransportRequest(a, b transportRequest) bool {
+	return bytes.Equal(a.Arguments, b.Arguments) && a.Tool == b.Tool && a.ServedAt == b.ServedAt &&
+		a.OfferRef == b.OfferRef && a.SessionID == b.SessionID && a.Ref == b.Ref && a.ValidFor == b.ValidFor
+}
+
+// FuzzTransportDecodeCommon: whatever the transport fast path accepts,
+// strictjson.Decode accepts too, with the same members.
+func FuzzTransportDecodeCommon(f *testing.F) {
+	for _, s := range []string{
+		`{"tool":"t","arguments":{"a":1}}`, `{"arguments":{},"tool":"t","served_at":"x","valid_for":"1h"}`,
+		`{"tool":"t","arguments":{"a":1,"a":2}}`, `{"tool":"\ud800","arguments":{}}`, `{"tool":null,"arguments":{}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, item []byte) {
+		var fast transportRequest
+		if !fast.decodeCommon(bytes.Clone(item)) {
+			return
+		}
+		var strict transportRequest
+		if err := strictjson.Decode(item, &strict, strictjson.Limits{}); err != nil {
+			t.Fatalf("%q: the fast path accepted what strictjson.Decode refuses: %v", item, err)
+		}
+		if !sameTransportRequest(fast, strict) {
+			t.Fatalf("%q: fast %+v, strict %+v", item, fast, strict)
 		}
 	})
 }

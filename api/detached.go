@@ -76,7 +76,7 @@ func (s *Server) signDetached(c echo.Context) error {
 	sg := sig.Signer
 	start := time.Now()
 	raw, err := sg.SignDetached(canon)
-	s.observeBackend(e.Key.Name, start)
+	s.observeBackend(sig, start)
 	if errors.Is(err, signer.ErrNotDetachedInput) {
 		return fail(http.StatusBadRequest, CodeInvalidRequest, "payload must be a JSON object")
 	}

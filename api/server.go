@@ -1039,6 +1039,9 @@ func (s *Server) keyJWKS(c echo.Context) error {
 type signRequest struct {
 	Payload jsontext.Value `json:"payload"` // any JSON object; signed as its RFC 8785 bytes
 	Typ     string         `json:"typ,omitempty"`
+	// canonical: decodeCommon found Payload valid and already RFC 8785
+	// (signer.CanonicalPrefix), so signOne signs it as it is.
+	canonical bool
 }
 
 // SignResponse is the answer of POST /v1/keys/{name}/sign.
@@ -1073,11 +1076,13 @@ func (s *Server) signerFor(e *rotation.KeyEntry, now time.Time) (rotation.Signin
 	return sig, fail(http.StatusServiceUnavailable, CodeNoActiveVersion, "key %q has no active version", name)
 }
 
-// observeBackend records one backend signature's duration.
-func (s *Server) observeBackend(key string, start time.Time) {
+// observeBackend records the duration of one backend signature made by
+// sig (keysvc_backend_call_duration_seconds, labelled by the backend of
+// the key entry that signed: the Keyring's at the signing instant).
+func (s *Server) observeBackend(sig rotation.Signing, start time.Time) {
 	backend := "unknown"
-	if e, ok := s.cfg.Manager.Keyring().Keys[key]; ok {
-		backend = e.Key.Backend
+	if sig.Entry != nil {
+		backend = sig.Entry.Key.Backend
 	}
 	m := s.metrics
 	m.backendCallC.get(m.backendCall.WithLabelValues, backend, "sign").Observe(time.Since(start).Seconds())
@@ -1095,11 +1100,8 @@ func (s *Server) sign(c echo.Context) error {
 	// The common shape in one pass (as a batch item is); anything else
 	// through strictjson and its exact errors. body is this request's own.
 	var req signRequest
-	if !req.decodeCommon(body) {
-		req = signRequest{}
-		if err := strictjson.Decode(body, &req, strictjson.Limits{}); err != nil {
-			return jsonError(err)
-		}
+	if err := decodeItem(body, &req); err != nil {
+		return err
 	}
 	out, err := s.signOne(e, req)
 	if err != nil {
@@ -1123,11 +1125,15 @@ func (s *Server) signOne(e *rotation.KeyEntry, req signRequest) (SignResponse, e
 	if l := signer.ReservedTypLayer(req.Typ); l != "" {
 		return SignResponse{}, fail(http.StatusBadRequest, CodeLayerMismatch, "typ %q is the %s layer's; only its own endpoint signs under it (ADR 0013)", req.Typ, l)
 	}
-	// req.Payload is this request's own copy, made by the strict decoder
-	// (decodeBody, or runBatch per item), which also checked it.
-	canon, err := signer.CanonicalizeDecoded(req.Payload)
-	if err != nil {
-		return SignResponse{}, jsonError(err)
+	// req.Payload is this request's own (the body, or its batch item's
+	// slice of it), checked by decodeItem: canonical already, or strictly
+	// decoded and formatted here.
+	canon := []byte(req.Payload)
+	if !req.canonical {
+		var err error
+		if canon, err = signer.CanonicalizeDecoded(req.Payload); err != nil {
+			return SignResponse{}, jsonError(err)
+		}
 	}
 	if l := signer.ClaimedLayer(canon); l != "" {
 		return SignResponse{}, fail(http.StatusBadRequest, CodeLayerMismatch,
@@ -1140,7 +1146,7 @@ func (s *Server) signOne(e *rotation.KeyEntry, req signRequest) (SignResponse, e
 	sg := sig.Signer
 	start := time.Now()
 	jws, err := sg.Sign(canon, req.Typ)
-	s.observeBackend(e.Key.Name, start)
+	s.observeBackend(sig, start)
 	if err != nil {
 		return SignResponse{}, signError(err)
 	}
@@ -1214,8 +1220,12 @@ func (s *Server) mcpTransport(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	body, err := s.readBody(c, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
 	var req transportRequest
-	if err := s.decodeBody(c, &req); err != nil {
+	if err := decodeItem(body, &req); err != nil { // as sign decodes
 		return err
 	}
 	out, err := s.transportOne(e, req)
@@ -1291,7 +1301,7 @@ func (s *Server) transportOne(e *rotation.KeyEntry, req transportRequest) (Trans
 	}
 	start := time.Now()
 	jws, err := sg.Sign(payload, signer.TransportJWSTyp)
-	s.observeBackend(e.Key.Name, start)
+	s.observeBackend(sig, start)
 	if err != nil {
 		return TransportResponse{}, signError(err)
 	}

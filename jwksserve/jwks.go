@@ -163,7 +163,8 @@ func Serve(w http.ResponseWriter, r *http.Request, d Document) { ServeMaxAge(w, 
 
 // ServeMaxAge is Serve with Cache-Control max-age=maxAge seconds (at most
 // MaxAge: the VRP specification §3.1 cap). It returns the status written:
-// 200, or 304 (no body, no Content-Length).
+// 200, or 304 (RFC 9110 §15.4.5: Cache-Control and ETag only; no body,
+// Content-Type, Content-Length or X-Content-Type-Options).
 func ServeMaxAge(w http.ResponseWriter, r *http.Request, d Document, maxAge int) int {
 	maxAge = min(max(maxAge, 0), MaxAge)
 	h := w.Header()
@@ -171,14 +172,17 @@ func ServeMaxAge(w http.ResponseWriter, r *http.Request, d Document, maxAge int)
 	// value slices: no per-request allocation.
 	h["Cache-Control"] = cacheControl(maxAge)
 	h["Etag"] = orNew(d.etagHeader, d.ETag)
-	h["Content-Type"] = contentTypeJSON
-	h["X-Content-Type-Options"] = nosniff
 	for _, inm := range r.Header["If-None-Match"] {
 		if etagMatch(inm, d.ETag) {
+			// RFC 9110 §15.4.5: the 304 carries the validator and the
+			// caching fields a 200 would, and no representation metadata
+			// (Content-Type; nor nosniff, which guards a body).
 			w.WriteHeader(http.StatusNotModified)
 			return http.StatusNotModified
 		}
 	}
+	h["Content-Type"] = contentTypeJSON
+	h["X-Content-Type-Options"] = nosniff
 	h["Content-Length"] = orNew(d.lengthHeader, strconv.Itoa(len(d.Body)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {

@@ -576,6 +576,12 @@ func TestServe(t *testing.T) {
 				if w.Body.Len() != 0 {
 					t.Errorf("304 carried a %d-byte body", w.Body.Len())
 				}
+				// RFC 9110 §15.4.5: no representation metadata on a 304.
+				for _, name := range []string{"Content-Type", "Content-Length", "X-Content-Type-Options"} {
+					if v, ok := w.Result().Header[name]; ok {
+						t.Errorf("304 carries %s: %q", name, v)
+					}
+				}
 			})
 		}
 	}
