@@ -90,6 +90,22 @@ func plainBytes(s string) bool {
 	return true
 }
 
+// appendJWSMember is appendMember for a compact JWS that keysvc made
+// (signer.SignCompact): base64url segments joined by '.' (RFC 7515 §7.1,
+// RFC 4648 §5), which JSON needs no escapes for, so the bytes are copied
+// without plainASCII's scan. A JWS is most of a signing answer's bytes,
+// twice in a transport answer (jws and the attestation's signature).
+func appendJWSMember(b []byte, first bool, name, jws string) []byte {
+	if !first {
+		b = append(b, ',')
+	}
+	b = append(b, '"')
+	b = append(b, name...)
+	b = append(b, '"', ':', '"')
+	b = append(b, jws...)
+	return append(b, '"')
+}
+
 // appendMember appends `"name":"value"`, preceded by a comma unless first.
 func appendMember(b []byte, first bool, name, value string) []byte {
 	if !first {
@@ -103,7 +119,7 @@ func appendMember(b []byte, first bool, name, value string) []byte {
 
 func (r SignResponse) appendJSON(b []byte) []byte {
 	b = append(b, '{')
-	b = appendMember(b, true, "jws", r.JWS)
+	b = appendJWSMember(b, true, "jws", r.JWS)
 	b = appendMember(b, false, "kid", r.KID)
 	b = appendMember(b, false, "alg", r.Alg)
 	return append(b, '}')
@@ -125,13 +141,13 @@ func (r TransportResponse) appendJSON(b []byte) []byte {
 		b = appendMember(b, false, "session_id", a.SessionID)
 	}
 	b = append(b, '}')
-	b = appendMember(b, false, "jws", r.JWS)
+	b = appendJWSMember(b, false, "jws", r.JWS)
 	b = appendMember(b, false, "kid", r.KID)
 	t := r.Attestation
 	b = append(b, `,"attestation":{`...)
 	b = appendMember(b, true, "layer", t.Layer)
 	b = appendMember(b, false, "source", t.Source)
-	b = appendMember(b, false, "signature", t.Signature)
+	b = appendJWSMember(b, false, "signature", t.Signature)
 	if t.Ref != "" {
 		b = appendMember(b, false, "ref", t.Ref)
 	}

@@ -16,13 +16,13 @@ func TestAppendJSONMatchesMarshal(t *testing.T) {
 	tr := TransportResponse{
 		Assertion: signer.TransportAssertion{ProfileVersion: "1.0", Type: "vrp.mcp.transport.1", Tool: "get_\"offer\"",
 			ArgumentsSHA256: "ab", ServedAt: "2026-06-24T11:40:00Z", Issuer: "villaakerlyckan.se", SessionID: "s<1>&\u2028"},
-		JWS: "a.b.c", KID: "k-1",
-		Attestation: Attestation{Layer: "transport", Source: "https://x/.well-known/jwks.json", Signature: "a.b.c",
+		JWS: "eyJhbGciOiJFZERTQSJ9.eyJhIjoxfQ.-_09azAZ", KID: "k-1", // the base64url alphabet and '.': copied unscanned
+		Attestation: Attestation{Layer: "transport", Source: "https://x/.well-known/jwks.json", Signature: "eyJhbGciOiJFZERTQSJ9.eyJhIjoxfQ.-_09azAZ",
 			Ref: "offer:\\x\n\t\u0001é", ValidFrom: "2026-06-24T11:40:00Z", ValidUntil: "2026-06-24T12:40:00Z"},
 	}
 	tr2 := tr
 	tr2.Assertion.SessionID, tr2.Assertion.OfferRef, tr2.Attestation.Ref = "", "offer:1", ""
-	sr := SignResponse{JWS: "h.p.s", KID: "villaakerlyckan.se-2026-05-18-01", Alg: "EdDSA"}
+	sr := SignResponse{JWS: "eyJhbGciOiJFZERTQSJ9.eyJhIjoxfQ.-_09azAZ", KID: "villaakerlyckan.se-2026-05-18-01", Alg: "EdDSA"}
 	for _, c := range []struct {
 		name string
 		v    jsonAppender
