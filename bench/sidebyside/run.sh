@@ -11,6 +11,11 @@
 #   BAO=/usr/local/bin/bao bench/sidebyside/run.sh
 #   TLOG=1 bench/sidebyside/run.sh                # keysvc with its embedded transparency log
 #   SMOKE=1 bench/sidebyside/run.sh               # 1 s, one connection, one round
+#   PAIRS="jwks jwks304" ROUNDS=10 DURATION=2s CONNS="16 64" bench/sidebyside/run.sh
+#       # two keysvc routes only, A then B in each round: mean rate and CPU
+#       # per request of each, and in how many rounds B cost less than A
+#       # (routes: sign, mcp-transport, batch100, jwks, jwks304, and the
+#       # floors' floor-sign, floor-jwks)
 #
 # Needs wrk (Debian package wrk) and Go (to build keysvc, unless KEYSVC is
 # the path of a keysvc binary). Ports: PORT_BASE (29100) .. PORT_BASE+3.
@@ -124,6 +129,45 @@ run() {
   printf '%-18s %-14s %5d %10.0f %10s %8d %8d %9d %9s\n' "$route" "$target" "$c" "$rps" "$sigs" "$p50_us" "$p99_us" "$p999_us" "$cpu_us"
   echo "$route $target $c $rps $sigs $cpu_us $per" >>"$results"
 }
+
+if [[ -n ${PAIRS:-} ]]; then
+  # pair_route NAME: target, PID, port, Lua script and signatures per
+  # request of a route ("floor-" routes are the net/http floors').
+  pair_route() {
+    case $1 in
+      sign) echo "keysvc $kpid $kport keysvc-sign.lua 1" ;;
+      mcp-transport) echo "keysvc $kpid $kport keysvc-mcp.lua 1" ;;
+      batch100) echo "keysvc $kpid $kport keysvc-batch.lua 100" ;;
+      jwks) echo "keysvc $kpid $kport jwks.lua 0" ;;
+      jwks304) echo "keysvc $kpid $kport jwks304.lua 0" ;;
+      floor-sign) echo "floor-net/http $spid $sport floor-sign.lua 1" ;;
+      floor-jwks) echo "floor-net/http $jpid $jport jwks.lua 0" ;;
+      *) echo "run.sh: PAIRS: unknown route $1" >&2; return 1 ;;
+    esac
+  }
+  read -r pa pb <<<"$PAIRS"
+  [[ -n $pb ]] || { echo "run.sh: PAIRS needs two routes, e.g. PAIRS=\"jwks jwks304\"" >&2; exit 1; }
+  ra=$(pair_route "$pa") rb=$(pair_route "$pb")
+  for c in $CONNS; do
+    for round in $(seq "$ROUNDS"); do
+      # shellcheck disable=SC2086 # the route's fields are separate arguments
+      run "$pa" $ra "$c"
+      # shellcheck disable=SC2086
+      run "$pb" $rb "$c"
+    done
+  done
+  echo
+  echo "# pairs: $pa then $pb, $ROUNDS round(s) per level; cpu per request in µs"
+  awk -v a="$pa" -v b="$pb" '
+    $1 == a { ra[$3] += $4; ca[$3] += $6; last[$3] = $6; n[$3]++ }
+    $1 == b { rb[$3] += $4; cb[$3] += $6; if ($6 < last[$3]) cheaper[$3]++ }
+    END {
+      for (c in n)
+        printf "conns=%s %s: %.0f req/s, cpu %.2f | %s: %.0f req/s, cpu %.2f | %s/%s rate %.3f | %s cheaper in %d of %d rounds\n",
+          c, a, ra[c] / n[c], ca[c] / n[c], b, rb[c] / n[c], cb[c] / n[c], b, a, rb[c] / ra[c], b, cheaper[c] + 0, n[c]
+    }' "$results"
+  exit 0
+fi
 
 for round in $(seq "$ROUNDS"); do
   for c in $CONNS; do
