@@ -93,8 +93,10 @@ func plainBytes(s string) bool {
 // appendJWSMember is appendMember for a compact JWS that keysvc made
 // (signer.SignCompact): base64url segments joined by '.' (RFC 7515 §7.1,
 // RFC 4648 §5), which JSON needs no escapes for, so the bytes are copied
-// without plainASCII's scan. A JWS is most of a signing answer's bytes,
-// twice in a transport answer (jws and the attestation's signature).
+// without plainASCII's scan (signer's compactAlphabet test holds
+// SignCompact to that alphabet, for any typ and payload). A JWS is most of
+// a signing answer's bytes, twice in a transport answer (jws and the
+// attestation's signature).
 func appendJWSMember(b []byte, first bool, name, jws string) []byte {
 	if !first {
 		b = append(b, ',')

@@ -217,6 +217,26 @@ func TestJWSSignerHeaderAndGoJoseVerify(t *testing.T) {
 	if _, err := s.Sign(payload, "bad\ntyp"); err == nil {
 		t.Fatal("control character in typ must be refused")
 	}
+	quoted, err := s.Sign([]byte(`{"a":"\"<\\>"}`), `x"y\z`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compactAlphabet(t, jws)
+	compactAlphabet(t, quoted)
+}
+
+// compactAlphabet fails unless jws holds only the base64url alphabet and
+// '.' (RFC 7515 §7.1, RFC 4648 §5), whatever its typ and payload: the API
+// writes keysvc's JWS into JSON answers without escaping
+// (api.appendJWSMember).
+func compactAlphabet(t *testing.T, jws string) {
+	t.Helper()
+	for i := 0; i < len(jws); i++ {
+		c := jws[i]
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			t.Fatalf("JWS byte %d is %q, outside base64url and '.': %s", i, c, jws)
+		}
+	}
 }
 
 func TestES256(t *testing.T) {
@@ -239,6 +259,7 @@ func TestES256(t *testing.T) {
 	if len(parsed.Signatures[0].Signature) != ES256SignatureSize {
 		t.Fatalf("signature size %d", len(parsed.Signatures[0].Signature))
 	}
+	compactAlphabet(t, jws)
 	if _, err := parsed.Verify(&k.PublicKey); err != nil {
 		t.Fatal(err)
 	}
