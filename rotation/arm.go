@@ -140,7 +140,15 @@ func (m *Manager) activateArmed(ctx context.Context, name, kid string, o armOpts
 	}
 	var at time.Time
 	err = m.transition(ctx, name, func(tx store.Tx, st *keyState, now time.Time) error {
+		done = false // the closure may run again (a retried transaction)
 		if st.pending == nil || st.pending.KID != pending.KID {
+			if st.active != nil && st.active.KID == pending.KID {
+				// A scheduler armed and activated it meanwhile (the version
+				// minted unarmed above is due now, so any replica's
+				// scheduler may finish this rotation): it is done.
+				newV, done = *st.active, true
+				return nil
+			}
 			return fmt.Errorf("%w: %s is no longer pending", ErrInvalidTransition, pending.KID)
 		}
 		at = m.activationInstant(now, st.extra)
@@ -152,7 +160,7 @@ func (m *Manager) activateArmed(ctx context.Context, name, kid string, o armOpts
 		pending = v
 		return err
 	})
-	if err != nil {
+	if err != nil || done {
 		return newV, oldV, err
 	}
 	newV, retired, err := m.awaitActivation(ctx, name, pending, at)
