@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,6 +70,7 @@ type serveOptions struct {
 	schedEvery        time.Duration
 	servedAtSkew      time.Duration
 	pprof             bool
+	gcPercent         int
 	rateLimit         float64
 	rateBurst         int
 	publicRateLimit   float64
@@ -86,6 +88,9 @@ type serveOptions struct {
 	// certificates, client CAs, the principals file): config check
 	// --syntax-only.
 	noFiles bool
+	// gcPercentSet: --gc-percent came from a flag, KEYSVC_GC_PERCENT or
+	// the config file, not its default (gcPercentFor).
+	gcPercentSet bool
 
 	tlsCert, tlsKey                                       string // the public listener's TLS (issue 15)
 	signListen, signTLSCert, signTLSKey, signClientCA     string
@@ -117,6 +122,7 @@ assertion through its own HTTP API once it is listening.`,
 			if err := applyConfig(cmd.Flags(), o.configFile); err != nil {
 				return err
 			}
+			o.gcPercentSet = cmd.Flags().Changed("gc-percent")
 			if err := o.validate(); err != nil {
 				return err
 			}
@@ -161,6 +167,7 @@ assertion through its own HTTP API once it is listening.`,
 	o.mcp.register(f)
 	o.tlog.register(f)
 	o.anchor.register(f)
+	f.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent, "the Go garbage collector's target percentage, as GOGC: the heap may grow this much over the live heap before a collection (ADR 0041: keysvc's live heap is a few MiB, so at Go's 100 a loaded server collects every few tens of milliseconds). When this flag is left at its default and GOGC is set, GOGC applies. GOMEMLIMIT applies as usual")
 	f.BoolVar(&o.pprof, "pprof", false, "serve runtime profiles (net/http/pprof) at /debug/pprof/ on the admin listener, for a token with admin:keys; for performance work, off in production")
 	return cmd, o
 }
@@ -181,6 +188,9 @@ func (o *serveOptions) validate() error {
 	}
 	if lease := o.propagation - o.clockSkew - min(250*time.Millisecond, o.propagation/8); lease < o.propagation/4 {
 		return fmt.Errorf("--max-clock-skew %s leaves a signing lease of %s with --propagation-bound %s; it must be at least a quarter of the bound (raise --propagation-bound)", o.clockSkew, lease, o.propagation)
+	}
+	if o.gcPercent < 1 {
+		return fmt.Errorf("--gc-percent %d: must be at least 1 (to turn collection off, which only a memory limit then bounds, set GOGC=off and GOMEMLIMIT yourself)", o.gcPercent)
 	}
 	if o.rateLimit < 0 || o.publicRateLimit < 0 || o.maxBodyBytes <= 0 {
 		return errors.New("--rate-limit and --public-rate-limit must not be negative and --max-body-bytes must be positive")
@@ -225,6 +235,24 @@ func (o *serveOptions) validate() error {
 	return err
 }
 
+// defaultGCPercent is serve's garbage-collection target percentage
+// (ADR 0041): measured on the signing routes, 400 took 4-10 % off a single
+// sign's server CPU and about 2.5 µs off each batch signature, with idle
+// RSS unchanged; 800 gained nothing more.
+const defaultGCPercent = 400
+
+// gcPercentFor is the percentage serve gives debug.SetGCPercent, and
+// whether to set one at all: the flag's value when it was set by a flag,
+// KEYSVC_GC_PERCENT or the config file (set), else the runtime's own
+// reading of GOGC when that is set (ok false: leave it), else the flag's
+// default.
+func gcPercentFor(flag int, set bool, gogc string) (percent int, ok bool) {
+	if !set && gogc != "" {
+		return 0, false
+	}
+	return flag, true
+}
+
 func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	maxAge := o.jwksMaxAge
@@ -233,6 +261,12 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if p, ok := gcPercentFor(o.gcPercent, o.gcPercentSet, os.Getenv("GOGC")); ok {
+		debug.SetGCPercent(p)
+		log.Info("garbage collection", "gc_percent", p)
+	} else {
+		log.Info("garbage collection", "gogc", os.Getenv("GOGC"))
+	}
 
 	// Bind every listener first: a port in use, or an address that is no
 	// address, fails before anything is created (KEK, dev token, dev key).
