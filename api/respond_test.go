@@ -1,10 +1,17 @@
 package api
 
 import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-json-experiment/json"
+	"github.com/labstack/echo/v4"
 
 	"github.com/keysvc/keysvc/signer"
 )
@@ -70,5 +77,47 @@ func TestPlainASCII(t *testing.T) {
 	}
 	if !plainASCII(" ~") || plainASCII("\x1f") || plainASCII("\x7f") || plainASCII(`a"`) || plainASCII(`\`) {
 		t.Fatal("boundaries")
+	}
+}
+
+// rawJSON is a jsonAppender of fixed bytes, for TestWriteJSONFraming.
+type rawJSON []byte
+
+func (r rawJSON) appendJSON(b []byte) []byte { return append(b, r...) }
+
+// TestWriteJSONFraming runs writeJSON behind a real net/http server, over
+// TCP, for answers around chunkingBuffer: each must arrive with a
+// Content-Length equal to its size and no chunked framing, whether
+// net/http counted it (at most chunkingBuffer bytes) or writeJSON
+// declared it (more).
+func TestWriteJSONFraming(t *testing.T) {
+	e := echo.New()
+	var size atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := e.NewContext(r, w)
+		body := append([]byte(`"`), bytes.Repeat([]byte("a"), int(size.Load())-2)...)
+		if err := writeJSON(c, http.StatusOK, rawJSON(append(body, '"'))); err != nil {
+			t.Error(err)
+		}
+	}))
+	defer srv.Close()
+	for _, n := range []int64{2, 100, chunkingBuffer - 1, chunkingBuffer, chunkingBuffer + 1, 4096, 60000} {
+		size.Store(n)
+		res, err := srv.Client().Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ContentLength != n || len(got) != int(n) || len(res.TransferEncoding) != 0 || res.Header.Get("Content-Length") != strconv.FormatInt(n, 10) {
+			t.Errorf("%d-byte answer: Content-Length %d (header %q), %d bytes read, Transfer-Encoding %v; want Content-Length %d and no chunking",
+				n, res.ContentLength, res.Header.Get("Content-Length"), len(got), res.TransferEncoding, n)
+		}
+		if ct := res.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%d-byte answer: Content-Type %q", n, ct)
+		}
 	}
 }

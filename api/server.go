@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -188,6 +189,7 @@ type Server struct {
 	metrics  *metrics
 	certs    map[certKey]Principal
 	direct   map[string]directRoute // signing routes by operation ("sign", "sign:batch", ...): serveSignDirect
+	contexts sync.Pool              // *directContext: serveSignDirect's
 }
 
 // New builds the echo router with every route.
@@ -472,16 +474,34 @@ func (s *Server) serveSignDirect(w http.ResponseWriter, r *http.Request, listene
 		r = r.WithContext(context.WithValue(r.Context(), listenerKey{}, listener))
 	}
 	setRequestID(w.Header(), r)
-	c := s.echo.AcquireContext()
+	c, _ := s.contexts.Get().(*directContext)
+	if c == nil {
+		c = &directContext{Context: s.echo.NewContext(nil, nil)}
+	}
 	c.Reset(r, w)
 	c.SetPath(rt.path)
 	c.SetParamNames(nameParam...)
-	c.SetParamValues(name)
+	c.name[0] = name
+	c.SetParamValues(c.name[:]...)
 	if err := rt.h(c); err != nil {
 		s.echo.HTTPErrorHandler(err, c)
 	}
-	s.echo.ReleaseContext(c)
+	c.Reset(nil, nil)
+	c.name[0], c.principal = "", Principal{}
+	s.contexts.Put(c)
 	return true
+}
+
+// directContext is serveSignDirect's pooled echo context. It holds the
+// key name's parameter slice and the authenticated principal itself, so
+// that neither is a heap allocation per request (echo's context store is
+// a map made anew for each request, and a Principal stored in it is
+// boxed); principal and authenticate read and write the field through
+// it, and every other use goes to the embedded context.
+type directContext struct {
+	echo.Context
+	name      [1]string
+	principal Principal
 }
 
 // nameParam is the parameter list of the signing routes' patterns.
@@ -517,8 +537,10 @@ func servedBy(sf Surface) string {
 // ChaCha8, no system call per request).
 func randomID() string {
 	var b [8]byte
+	var h [16]byte
 	binary.LittleEndian.PutUint64(b[:], mrand.Uint64())
-	return hex.EncodeToString(b[:])
+	hex.Encode(h[:], b[:])
+	return string(h[:]) // the one allocation
 }
 
 // validRequestID accepts caller-chosen request ids of up to 64 printable
@@ -601,6 +623,9 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 const principalKey = "keysvc.principal"
 
 func principal(c echo.Context) Principal {
+	if d, ok := c.(*directContext); ok {
+		return d.principal
+	}
 	p, _ := c.Get(principalKey).(Principal)
 	return p
 }
@@ -636,7 +661,11 @@ func (s *Server) authenticate(c echo.Context) (Principal, error) {
 		c.Response().Header().Set("Retry-After", retryAfter(wait))
 		return p, fail(http.StatusTooManyRequests, CodeRateLimited, "rate limit of %g requests/s for this token exceeded; retry after %s", s.cfg.RateLimit.PerSecond, wait.Round(time.Millisecond))
 	}
-	c.Set(principalKey, p)
+	if d, ok := c.(*directContext); ok {
+		d.principal = p
+	} else {
+		c.Set(principalKey, p)
+	}
 	return p, nil
 }
 
@@ -739,7 +768,11 @@ func (s *Server) requireSignScope(layer string) echo.MiddlewareFunc {
 			if err != nil {
 				return err
 			}
-			if key := "sign:" + c.Param("name"); !p.Allows(key + ":" + layer) {
+			// The scope is built where it does not escape (no heap
+			// allocation for a short key name); the message's copy only
+			// when it is refused.
+			if name := c.Param("name"); !p.Allows("sign:" + name + ":" + layer) {
+				key := "sign:" + name
 				return fail(http.StatusForbidden, CodeForbidden, "token lacks scope %s (or %s:%s)", key, key, layer)
 			}
 			return next(c)
@@ -1107,8 +1140,10 @@ func (s *Server) sign(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.recordIssued(c, out.JWS); err != nil {
-		return err
+	if s.cfg.Tlog != nil { // recordIssued's variadic slice is made only then
+		if err := s.recordIssued(c, out.JWS); err != nil {
+			return err
+		}
 	}
 	return writeJSON(c, http.StatusOK, out)
 }
@@ -1232,8 +1267,10 @@ func (s *Server) mcpTransport(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.recordIssued(c, out.JWS); err != nil {
-		return err
+	if s.cfg.Tlog != nil { // recordIssued's variadic slice is made only then
+		if err := s.recordIssued(c, out.JWS); err != nil {
+			return err
+		}
 	}
 	return writeJSON(c, http.StatusOK, out)
 }
