@@ -1,8 +1,10 @@
 package api
 
 import (
+	"maps"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/labstack/echo/v4"
@@ -208,32 +210,39 @@ func (r batchResponse[T]) appendJSON(b []byte) []byte {
 // observerCache resolves a metric child once per label set (at most four
 // labels): WithLabelValues hashes its labels on every call, which the
 // signing path would otherwise pay per request and per batch item. Label
-// values are bounded (see metrics), so the cache is too.
+// values are bounded (see metrics), so the cache is too. The map is
+// copied on write and read through one atomic load: the batch path looks
+// children up from every core at once, and a read lock's shared counter
+// was a cache line each of them wrote per signature.
 type observerCache[T any] struct {
-	mu sync.RWMutex
-	m  map[[4]string]T
+	mu sync.Mutex // serializes writers
+	m  atomic.Pointer[map[[4]string]T]
 }
 
 func (o *observerCache[T]) get(resolve func(...string) T, labels ...string) T {
 	var k [4]string
 	copy(k[:], labels)
-	o.mu.RLock()
-	v, ok := o.m[k]
-	o.mu.RUnlock()
-	if ok {
-		return v
+	if m := o.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if v, ok := o.m[k]; ok {
-		return v
+	old := o.m.Load()
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v
+		}
 	}
-	if o.m == nil {
-		o.m = map[[4]string]T{}
+	next := make(map[[4]string]T, 1)
+	if old != nil {
+		maps.Copy(next, *old)
 	}
 	// A copy, so that the caller's variadic labels do not escape (the
 	// fast path above then allocates nothing).
-	v = resolve(append([]string(nil), labels...)...)
-	o.m[k] = v
+	v := resolve(append([]string(nil), labels...)...)
+	next[k] = v
+	o.m.Store(&next)
 	return v
 }

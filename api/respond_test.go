@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -118,6 +119,40 @@ func TestWriteJSONFraming(t *testing.T) {
 		}
 		if ct := res.Header.Get("Content-Type"); ct != "application/json" {
 			t.Errorf("%d-byte answer: Content-Type %q", n, ct)
+		}
+	}
+}
+
+// TestObserverCacheOnce: concurrent look-ups of new label sets resolve each
+// set exactly once, and every caller gets the child resolved for its set.
+func TestObserverCacheOnce(t *testing.T) {
+	var o observerCache[string]
+	var mu sync.Mutex
+	resolved := map[string]int{}
+	resolve := func(labels ...string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		key := strings.Join(labels, "/")
+		resolved[key]++
+		return key
+	}
+	sets := [][]string{{"software", "sign"}, {"pkcs11", "sign"}, {"awskms", "sign"}, {"software", "sign", "x", "y"}}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				labels := sets[(g+i)%len(sets)]
+				if got, want := o.get(resolve, labels...), strings.Join(labels, "/"); got != want {
+					t.Errorf("get(%v) = %q, want %q", labels, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, labels := range sets {
+		if n := resolved[strings.Join(labels, "/")]; n != 1 {
+			t.Errorf("label set %v resolved %d times, want once", labels, n)
 		}
 	}
 }
