@@ -28,16 +28,12 @@ type BatchResult[T any] struct {
 	Error  *ItemError `json:"error,omitempty"`
 }
 
-// decodeBatch reads a batch body {"items": [...]}. The envelope itself is
+// decodeBatch decodes a batch body {"items": [...]}. The envelope itself is
 // held to the strict rules (JSON object, only "items", once, an array,
 // nothing after it); each item stays raw and is decoded strictly on its
 // own, so that a duplicate name or invalid UTF-8 inside one item fails that
 // item alone.
-func (s *Server) decodeBatch(c echo.Context) ([]jsontext.Value, error) {
-	body, err := s.readBody(c, s.cfg.MaxBatchBodyBytes)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) decodeBatch(body []byte) ([]jsontext.Value, error) {
 	lenient := []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
 	malformed := fail(http.StatusBadRequest, strictjson.CodeInvalidJSON, `body must be a JSON object {"items": [...]}`)
 	dec := jsontext.NewDecoder(bytes.NewReader(body), lenient...)
@@ -111,9 +107,17 @@ func itemError(err error) *ItemError {
 // (batchWorkers; ADR 0032): a batch's latency at one connection then
 // falls with the cores, and under load the same CPU is spent.
 func runBatch[R any, T issuer](s *Server, c echo.Context, one func(req R) (T, error)) error {
-	items, err := s.decodeBatch(c)
+	body, err := s.readBody(c, s.cfg.MaxBatchBodyBytes)
 	if err != nil {
 		return err
+	}
+	// A batch of canonical items is decoded in one pass (reqs), anything
+	// else by the envelope decoder and then item by item.
+	items, reqs, ok := canonicalBatch[R](body, s.cfg.MaxBatchItems)
+	if !ok {
+		if items, err = s.decodeBatch(body); err != nil {
+			return err
+		}
 	}
 	if err := s.chargeBatch(c, len(items)); err != nil {
 		return err
@@ -130,10 +134,14 @@ func runBatch[R any, T issuer](s *Server, c echo.Context, one func(req R) (T, er
 				out.Results[i].Error = &ItemError{Code: CodeBodyTooLarge, Message: fmt.Sprintf("item exceeds %d bytes (the request body limit)", s.cfg.MaxBodyBytes)}
 				continue
 			}
-			req = *new(R)
-			if err := decodeItem(raw, &req); err != nil {
-				out.Results[i].Error = itemError(err)
-				continue
+			if reqs != nil {
+				req = reqs[i]
+			} else {
+				req = *new(R)
+				if err := decodeItem(raw, &req); err != nil {
+					out.Results[i].Error = itemError(err)
+					continue
+				}
 			}
 			res, err := one(req)
 			if err != nil {
@@ -305,30 +313,83 @@ func (r *signRequest) decodeCommon(raw []byte) bool {
 // checks — and P needs no formatting, so r.canonical is set. Anything
 // else returns false.
 func (r *signRequest) decodeCanonical(raw []byte) bool {
-	const head = `{"payload":`
-	if len(raw) < len(head)+3 || string(raw[:len(head)]) != head || raw[len(head)] != '{' {
-		return false
+	return r.decodeCanonicalAt(raw) == len(raw)
+}
+
+// decodeCanonicalAt is decodeCanonical for an item at the start of b,
+// which may go on past it (the rest of a batch body): it returns the
+// item's length, having set *r, or -1 with *r unchanged when b does not
+// start with a canonical item. Payload is a slice of b, its capacity cut
+// at its end.
+func (r *signRequest) decodeCanonicalAt(b []byte) int {
+	const head, typHead = `{"payload":`, `,"typ":"`
+	if len(b) < len(head)+3 || string(b[:len(head)]) != head || b[len(head)] != '{' {
+		return -1
 	}
-	rest := raw[len(head):]
-	n := signer.CanonicalPrefix(rest, maxPayloadDepth)
+	n := signer.CanonicalPrefix(b[len(head):], maxPayloadDepth)
 	if n < 0 {
-		return false
+		return -1
 	}
 	end := len(head) + n
-	switch tail := raw[end:]; {
-	case len(tail) == 1 && tail[0] == '}':
-	case len(tail) >= len(`,"typ":""}`) && string(tail[:len(`,"typ":"`)]) == `,"typ":"` && string(tail[len(tail)-2:]) == `"}`:
-		typ := tail[len(`,"typ":"`) : len(tail)-2]
-		if !plainASCII(string(typ)) {
-			return false
+	typ, size := "", 0
+	switch tail := b[end:]; {
+	case len(tail) > 0 && tail[0] == '}':
+		size = end + 1
+	case len(tail) >= len(typHead) && string(tail[:len(typHead)]) == typHead:
+		t := tail[len(typHead):]
+		q := bytes.IndexByte(t, '"')
+		if q < 0 || q+1 >= len(t) || t[q+1] != '}' || !plainASCII(string(t[:q])) {
+			return -1
 		}
-		r.Typ = string(typ)
+		typ, size = string(t[:q]), end+len(typHead)+q+2
 	default:
-		return false
+		return -1
 	}
-	r.Payload = jsontext.Value(raw[len(head):end:end])
-	r.canonical = true
-	return true
+	*r = signRequest{Payload: jsontext.Value(b[len(head):end:end]), Typ: typ, canonical: true}
+	return size
+}
+
+// canonicalItemDecoder is a request type whose canonical batch item can
+// be measured and decoded in the same pass (decodeCanonicalAt), so that a
+// batch of such items is scanned once, not once for its envelope and
+// again per item (canonicalBatch).
+type canonicalItemDecoder interface {
+	decodeCanonicalAt(b []byte) int
+}
+
+// canonicalBatch decodes body when it is exactly {"items":[I,...]} with
+// no whitespace, 1 to maxItems items, each one a canonical item of R
+// (decodeCanonicalAt): the items (slices of body) and their requests. For
+// anything else — whitespace, another member, an item of another form,
+// too many items — it returns ok false, and decodeBatch and decodeItem
+// decode the body as before, with their exact errors. What it accepts,
+// that path accepts too, with the same items and requests
+// (FuzzCanonicalBatch).
+func canonicalBatch[R any](body []byte, maxItems int) (items []jsontext.Value, reqs []R, ok bool) {
+	const head = `{"items":[`
+	if _, can := any(new(R)).(canonicalItemDecoder); !can || len(body) < len(head) || string(body[:len(head)]) != head {
+		return nil, nil, false
+	}
+	rest := body[len(head):]
+	items = make([]jsontext.Value, 0, min(maxItems, 128))
+	reqs = make([]R, 0, min(maxItems, 128))
+	for len(items) < maxItems {
+		var r R
+		n := any(&r).(canonicalItemDecoder).decodeCanonicalAt(rest)
+		if n < 0 {
+			return nil, nil, false
+		}
+		items, reqs = append(items, jsontext.Value(rest[:n:n])), append(reqs, r)
+		switch rest = rest[n:]; {
+		case len(rest) > 0 && rest[0] == ',':
+			rest = rest[1:]
+		case string(rest) == "]}":
+			return items, reqs, true
+		default:
+			return nil, nil, false
+		}
+	}
+	return nil, nil, false
 }
 
 // decodeCommon decodes a transport request whose members are all of the

@@ -202,3 +202,94 @@ func FuzzTransportDecodeCommon(f *testing.F) {
 		}
 	})
 }
+
+// checkCanonicalBatch: when canonicalBatch accepts body, the envelope
+// decoder and decodeItem accept it too, with the same items and requests.
+func checkCanonicalBatch(t *testing.T, body []byte, maxItems int) bool {
+	t.Helper()
+	items, reqs, ok := canonicalBatch[signRequest](bytes.Clone(body), maxItems)
+	if !ok {
+		return false
+	}
+	s := &Server{cfg: Config{MaxBatchItems: maxItems}}
+	slow, err := s.decodeBatch(bytes.Clone(body))
+	if err != nil {
+		t.Fatalf("%q: canonicalBatch accepted what decodeBatch refuses: %v", body, err)
+	}
+	if len(slow) != len(items) || len(reqs) != len(items) {
+		t.Fatalf("%q: canonicalBatch %d items, %d requests; decodeBatch %d items", body, len(items), len(reqs), len(slow))
+	}
+	for i := range items {
+		if !bytes.Equal(items[i], slow[i]) || cap(items[i]) != len(items[i]) {
+			t.Fatalf("%q: item %d is %q (capacity %d), decodeBatch's %q", body, i, items[i], cap(items[i]), slow[i])
+		}
+		var want signRequest
+		if err := decodeItem(slow[i], &want); err != nil {
+			t.Fatalf("%q: item %d: canonicalBatch decoded what decodeItem refuses: %v", body, i, err)
+		}
+		got := reqs[i]
+		if !bytes.Equal(got.Payload, want.Payload) || got.Typ != want.Typ || got.canonical != want.canonical || cap(got.Payload) != len(got.Payload) {
+			t.Fatalf("%q: item %d: canonicalBatch %q %q canonical=%v, decodeItem %q %q canonical=%v", body, i, got.Payload, got.Typ, got.canonical, want.Payload, want.Typ, want.canonical)
+		}
+		checkCanonicalFlag(t, string(items[i]), got)
+	}
+	return true
+}
+
+// TestCanonicalBatch: a batch of canonical sign items is decoded in one
+// pass, exactly as the envelope decoder and decodeItem decode it; every
+// other body is left to them.
+func TestCanonicalBatch(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		max  int
+		fast bool
+	}{
+		{`{"items":[{"payload":{"a":1}}]}`, 100, true},
+		{`{"items":[{"payload":{"a":1}},{"payload":{"b":[1,{"c":null}]},"typ":"offer+jwt"},{"payload":{},"typ":""}]}`, 100, true},
+		{`{"items":[{"payload":{"a":1}},{"payload":{"a":2}}]}`, 2, true},
+		{`{"items":[{"payload":{"a":1}},{"payload":{"a":2}}]}`, 1, false}, // too many: decodeBatch's batch_too_large
+		{`{"items":[]}`, 100, false}, // decodeBatch: at least one item
+		{`{"items":[{"payload":{"a":1}}]} `, 100, false},
+		{`{"items":[{"payload":{"a":1}} ]}`, 100, false},
+		{`{"items":[{"payload":{"a":1}}],"x":1}`, 100, false},
+		{`{"items":[{"payload":{"a":1}},]}`, 100, false},
+		{`{"items":[{"payload":{"a":1}}`, 100, false},
+		{`{"items":[{"payload":{"a":1}}]`, 100, false},
+		{`{"items":[{"payload":{"a":1}}]}]}`, 100, false},
+		{`{"items":[{"payload":{"b":1,"a":2}}]}`, 100, false}, // not RFC 8785: decodeItem formats it
+		{`{"items":[{"payload":{"a":1},"typ":"x"y"}]}`, 100, false},
+		{`{"items":[{"payload":{"a":1},"typ":"x"},"z"}]}`, 100, false},
+		{`{"items":[{"payload":{"a":1},"typ":"a\"b"}]}`, 100, false},
+		{`{"items":[{"payload":{"a":1},"typ":"x"]}`, 100, false},
+		{`{"items":[{"payload":{"a":1}}{"payload":{"a":1}}]}`, 100, false},
+		{`{"items":[{"payload":{"a":"]}"}},{"payload":{"a":1}}]}`, 100, true},
+		{`{"items":[{"typ":"x","payload":{"a":1}}]}`, 100, false},
+		{`{"items":[{"payload":{"a":1},"payload":{"a":1}}]}`, 100, false},
+		{`{"items":[` + strings.TrimSuffix(strings.Repeat(`{"payload":{"a":1}},`, 100), ",") + `]}`, 100, true},
+		{`{"items":[{"payload":` + strings.Repeat(`{"a":`, 30) + `{}` + strings.Repeat(`}`, 30) + `}]}`, 100, true},
+		{`{"items":[{"payload":` + strings.Repeat(`{"a":`, 31) + `{}` + strings.Repeat(`}`, 31) + `}]}`, 100, false},
+	} {
+		if got := checkCanonicalBatch(t, []byte(c.body), c.max); got != c.fast {
+			t.Errorf("canonicalBatch(%s, max %d) accepted = %v, want %v", c.body, c.max, got, c.fast)
+		}
+	}
+	// Only request types with a canonical item decoder take the path.
+	if _, _, ok := canonicalBatch[transportRequest]([]byte(`{"items":[{"payload":{"a":1}}]}`), 100); ok {
+		t.Error("canonicalBatch decoded transport requests")
+	}
+}
+
+// FuzzCanonicalBatch: whatever canonicalBatch accepts, the envelope
+// decoder and decodeItem accept too, with the same items and requests.
+func FuzzCanonicalBatch(f *testing.F) {
+	for _, s := range []string{
+		`{"items":[{"payload":{"a":1}}]}`, `{"items":[{"payload":{"a":1},"typ":"x"},{"payload":{"b":[1,{"c":"d"}]}}]}`,
+		`{"items":[{"payload":{"a":1}} ]}`, `{"items":[{"payload":{"a":1},"typ":"x"},"z"}]}`, `{"items":[]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkCanonicalBatch(t, body, 8)
+	})
+}

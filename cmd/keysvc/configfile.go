@@ -174,6 +174,11 @@ func printEffective(w io.Writer, fs *pflag.FlagSet, sources map[string]string, o
 		if f.Name == "default-prepublish" && o.defaultPrepublish == 0 {
 			notes = append(notes, fmt.Sprintf("0s: twice jwks-max-age, %s", max(2*o.jwksMaxAge, time.Second)))
 		}
+		if f.Name == "gc-percent" && !f.Changed {
+			if _, apply := gcPercentFor(o.gcPercent, false, os.Getenv("GOGC")); !apply {
+				notes = append(notes, "not applied: GOGC="+os.Getenv("GOGC")+" is set and applies")
+			}
+		}
 		if src := sources[f.Name]; src != "" {
 			notes = append(notes, "from "+src)
 		} else if f.Changed {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -44,7 +46,8 @@ func TestServeGCPercent(t *testing.T) {
 	}{
 		{"default", []string{"GOGC="}, nil, `"msg":"garbage collection","gc_percent":400}`},
 		{"flag", []string{"GOGC=50"}, []string{"--gc-percent", "250"}, `"msg":"garbage collection","gc_percent":250}`},
-		{"GOGC", []string{"GOGC=50"}, nil, `"msg":"garbage collection","gogc":"50"}`},
+		{"GOGC", []string{"GOGC=50"}, nil, `"msg":"garbage collection","gc_percent":50,"gogc":"50"}`},
+		{"GOGC the runtime cannot parse", []string{"GOGC=abc"}, nil, `"msg":"garbage collection","gc_percent":100,"gogc":"abc"}`},
 		{"KEYSVC_GC_PERCENT over GOGC", []string{"GOGC=50", "KEYSVC_GC_PERCENT=300"}, nil, `"msg":"garbage collection","gc_percent":300}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -54,7 +57,20 @@ func TestServeGCPercent(t *testing.T) {
 			}
 		})
 	}
-	_, errOut, code := runCLI(t, nil, append(append([]string{"serve"}, base...), "--gc-percent", "0")...)
+	// config check says when GOGC, not the default, applies.
+	cfg := filepath.Join(t.TempDir(), "keysvc.yaml")
+	if err := os.WriteFile(cfg, []byte("listen: 127.0.0.1:9000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, []string{"GOGC=50"}, "config", "check", "--syntax-only", cfg)
+	if code != 0 || !strings.Contains(out, "gc-percent: 400  # not applied: GOGC=50 is set and applies\n") {
+		t.Fatalf("config check with GOGC=50: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, _ = runCLI(t, []string{"GOGC=50", "KEYSVC_GC_PERCENT=300"}, "config", "check", "--syntax-only", cfg)
+	if !strings.Contains(out, "gc-percent: 300  # from KEYSVC_GC_PERCENT\n") {
+		t.Fatalf("config check with KEYSVC_GC_PERCENT=300:\n%s", out)
+	}
+	_, errOut, code = runCLI(t, nil, append(append([]string{"serve"}, base...), "--gc-percent", "0")...)
 	const want = "--gc-percent 0: must be at least 1"
 	if code == 0 || !strings.Contains(errOut, want) {
 		t.Fatalf("serve --gc-percent 0: exit %d, stderr %q; want a failure naming %q", code, errOut, want)

@@ -265,7 +265,11 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 		debug.SetGCPercent(p)
 		log.Info("garbage collection", "gc_percent", p)
 	} else {
-		log.Info("garbage collection", "gogc", os.Getenv("GOGC"))
+		// The runtime's reading of GOGC (100 for a value it cannot parse,
+		// negative for off), read back through the setter.
+		inForce := debug.SetGCPercent(100)
+		debug.SetGCPercent(inForce)
+		log.Info("garbage collection", "gc_percent", inForce, "gogc", os.Getenv("GOGC"))
 	}
 
 	// Bind every listener first: a port in use, or an address that is no
