@@ -30,7 +30,7 @@ const maxPooledBody = 1 << 20
 
 // chunkingBuffer is how much output net/http's server holds back before it
 // must choose between a Content-Length it counted and chunked framing
-// (bufferBeforeChunkingSize in net/http/server.go, 2048 since Go 1.0).
+// (bufferBeforeChunkingSize in net/http/server.go: 2048 in Go 1.26).
 // TestWriteJSONFraming holds a real server to it: every answer of
 // writeJSON carries a Content-Length and no Transfer-Encoding.
 const chunkingBuffer = 2048
