@@ -1157,10 +1157,8 @@ func (s *Server) sign(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.cfg.Tlog != nil { // recordIssued's variadic slice is made only then
-		if err := s.recordIssued(c, out.JWS); err != nil {
-			return err
-		}
+	if err := s.recordIssuedOne(c, out.JWS); err != nil {
+		return err
 	}
 	return writeJSON(c, http.StatusOK, out)
 }
@@ -1284,10 +1282,8 @@ func (s *Server) mcpTransport(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.cfg.Tlog != nil { // recordIssued's variadic slice is made only then
-		if err := s.recordIssued(c, out.JWS); err != nil {
-			return err
-		}
+	if err := s.recordIssuedOne(c, out.JWS); err != nil {
+		return err
 	}
 	return writeJSON(c, http.StatusOK, out)
 }
