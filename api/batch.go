@@ -306,11 +306,12 @@ func (r *signRequest) decodeCommon(raw []byte) bool {
 
 // decodeCanonical decodes the bytes a careful client sends, with no
 // decoder at all: exactly {"payload":P} or {"payload":P,"typ":"T"}, no
-// whitespace, where P is an object that signer.CanonicalPrefix measures
-// (valid, already RFC 8785, nested at most maxPayloadDepth deep) and T
-// printable ASCII without '"' or '\'. Such bytes are one JSON value with
-// distinct names, valid UTF-8 and bounded depth — what strictjson.Decode
-// checks — and P needs no formatting, so r.canonical is set. Anything
+// whitespace, where P is an object that signer.CanonicalObjectPrefix
+// measures (valid, already RFC 8785, nested at most maxPayloadDepth deep)
+// and T printable ASCII without '"' or '\'. Such bytes are one JSON value
+// with distinct names, valid UTF-8 and bounded depth — what
+// strictjson.Decode checks — and P needs no formatting, so r.canonical is
+// set, with r.layer the layer P claims (read by the same scan). Anything
 // else returns false.
 func (r *signRequest) decodeCanonical(raw []byte) bool {
 	return r.decodeCanonicalAt(raw) == len(raw)
@@ -326,7 +327,7 @@ func (r *signRequest) decodeCanonicalAt(b []byte) int {
 	if len(b) < len(head)+3 || string(b[:len(head)]) != head || b[len(head)] != '{' {
 		return -1
 	}
-	n := signer.CanonicalPrefix(b[len(head):], maxPayloadDepth)
+	n, layer := signer.CanonicalObjectPrefix(b[len(head):], maxPayloadDepth)
 	if n < 0 {
 		return -1
 	}
@@ -345,7 +346,7 @@ func (r *signRequest) decodeCanonicalAt(b []byte) int {
 	default:
 		return -1
 	}
-	*r = signRequest{Payload: jsontext.Value(b[len(head):end:end]), Typ: typ, canonical: true}
+	*r = signRequest{Payload: jsontext.Value(b[len(head):end:end]), Typ: typ, canonical: true, layer: layer}
 	return size
 }
 
@@ -374,12 +375,14 @@ func canonicalBatch[R any](body []byte, maxItems int) (items []jsontext.Value, r
 	items = make([]jsontext.Value, 0, min(maxItems, 128))
 	reqs = make([]R, 0, min(maxItems, 128))
 	for len(items) < maxItems {
-		var r R
-		n := any(&r).(canonicalItemDecoder).decodeCanonicalAt(rest)
+		// Decoded in place: a local R behind the interface would escape,
+		// one allocation per item.
+		reqs = append(reqs, *new(R))
+		n := any(&reqs[len(reqs)-1]).(canonicalItemDecoder).decodeCanonicalAt(rest)
 		if n < 0 {
 			return nil, nil, false
 		}
-		items, reqs = append(items, jsontext.Value(rest[:n:n])), append(reqs, r)
+		items = append(items, jsontext.Value(rest[:n:n]))
 		switch rest = rest[n:]; {
 		case len(rest) > 0 && rest[0] == ',':
 			rest = rest[1:]

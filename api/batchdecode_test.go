@@ -20,6 +20,9 @@ func TestDecodeCommonMatchesStrict(t *testing.T) {
 		{`{"payload":{"a":1}}`, true, true},
 		{`{"payload":{"a":1},"typ":"offer+jwt"}`, true, true},
 		{`{"payload":{"a":1},"typ":""}`, true, true},
+		{`{"payload":{"a":1,"type":"VRP.MCP.transport_assertion"}}`, true, true}, // layer read by the scan
+		{`{"payload":{"vrp_mcp_profile_version":"1.0"},"typ":"x"}`, true, true},
+		{`{"payload":{"a":{"type":"vrp.mcp.x"}}}`, true, true},
 		{`{"payload":{"a":[1,{"b":null}],"c":"d"}}`, true, true},
 		{`{"payload":{"b":1,"a":1}}`, true, false},        // not RFC 8785: formatted by signOne
 		{`{"payload":{"a":1.5}}`, true, false},            // numbers with a fraction: the formatter's
@@ -81,15 +84,23 @@ func TestDecodeCommonMatchesStrict(t *testing.T) {
 }
 
 // checkCanonicalFlag: a payload decodeCommon marks canonical is its own
-// RFC 8785 form, so signOne may sign it without the formatter.
+// RFC 8785 form, so signOne may sign it without the formatter, and the
+// layer the scan read is the one signer.ClaimedLayer reads, which signOne
+// then does not call; a payload not marked canonical carries no layer.
 func checkCanonicalFlag(t *testing.T, item string, r signRequest) {
 	t.Helper()
 	if !r.canonical {
+		if r.layer != "" {
+			t.Errorf("%s: layer %q set on a payload not marked canonical", item, r.layer)
+		}
 		return
 	}
 	out, err := signer.Canonicalize(r.Payload)
 	if err != nil || !bytes.Equal(out, r.Payload) {
 		t.Errorf("%s: payload marked canonical, but its RFC 8785 form is %q (%v)", item, out, err)
+	}
+	if want := signer.ClaimedLayer(r.Payload); r.layer != want {
+		t.Errorf("%s: layer %q, ClaimedLayer %q", item, r.layer, want)
 	}
 }
 

@@ -1090,8 +1090,11 @@ type signRequest struct {
 	Payload jsontext.Value `json:"payload"` // any JSON object; signed as its RFC 8785 bytes
 	Typ     string         `json:"typ,omitempty"`
 	// canonical: decodeCommon found Payload valid and already RFC 8785
-	// (signer.CanonicalPrefix), so signOne signs it as it is.
+	// (signer.CanonicalObjectPrefix), so signOne signs it as it is; layer
+	// is then the layer Payload claims, read by the same scan
+	// (signer.ClaimedLayer's rule).
 	canonical bool
+	layer     string
 }
 
 // SignResponse is the answer of POST /v1/keys/{name}/sign.
@@ -1178,14 +1181,15 @@ func (s *Server) signOne(e *rotation.KeyEntry, req signRequest) (SignResponse, e
 	// req.Payload is this request's own (the body, or its batch item's
 	// slice of it), checked by decodeItem: canonical already, or strictly
 	// decoded and formatted here.
-	canon := []byte(req.Payload)
+	canon, claimed := []byte(req.Payload), req.layer
 	if !req.canonical {
 		var err error
 		if canon, err = signer.CanonicalizeDecoded(req.Payload); err != nil {
 			return SignResponse{}, jsonError(err)
 		}
+		claimed = signer.ClaimedLayer(canon)
 	}
-	if l := signer.ClaimedLayer(canon); l != "" {
+	if l := claimed; l != "" {
 		return SignResponse{}, fail(http.StatusBadRequest, CodeLayerMismatch,
 			"the payload claims the %s layer (its type or vrp_mcp_profile_version member); sign it with POST /v1/keys/{name}/mcp-transport (ADR 0013)", l)
 	}

@@ -1,6 +1,9 @@
 package signer
 
-import "bytes"
+import (
+	"bytes"
+	"strings"
+)
 
 // CanonicalPrefix returns the length of the JSON value that b starts with
 // when that value is valid JSON (RFC 8259) and already its own RFC 8785
@@ -24,16 +27,48 @@ import "bytes"
 // over the bytes, for the signing path's common case: a careful client's
 // payload, already canonical (issue 18).
 func CanonicalPrefix(b []byte, maxDepth int) int {
-	s := canonScan{b: b}
+	s := canonScan{b: b, top: -1}
 	if !s.value(maxDepth) {
 		return -1
 	}
 	return s.i
 }
 
+// CanonicalObjectPrefix is CanonicalPrefix for a value that must be an
+// object, and it also returns the layer that object claims, as
+// ClaimedLayer(b[:n]) would: the same pass reads the top-level member
+// names and the "type" value, so the signing path does not search the
+// payload again (issue 18). It returns -1 and "" when b does not start
+// with such an object (TestCanonicalObjectPrefix, FuzzCanonicalPrefix).
+func CanonicalObjectPrefix(b []byte, maxDepth int) (n int, layer string) {
+	if len(b) == 0 || b[0] != '{' {
+		return -1, ""
+	}
+	s := canonScan{b: b, top: maxDepth}
+	if !s.value(maxDepth) {
+		return -1, ""
+	}
+	return s.i, s.layer
+}
+
 type canonScan struct {
-	b []byte
-	i int
+	b     []byte
+	i     int
+	top   int    // the depth argument of the object whose members claim a layer; -1 for none
+	layer string // the layer the top object's members claim (ClaimedLayer's rule)
+}
+
+// claim applies ClaimedLayer's rule to one top-level member: its name
+// (unquoted; canonical names hold no escapes) and its value's bytes.
+func (s *canonScan) claim(name, v []byte) {
+	switch string(name) {
+	case "vrp_mcp_profile_version":
+		s.layer = LayerTransport
+	case "type":
+		if len(v) > len(TransportTypePrefix) && v[0] == '"' && strings.EqualFold(string(v[1:1+len(TransportTypePrefix)]), TransportTypePrefix) {
+			s.layer = LayerTransport
+		}
+	}
 }
 
 // value scans one value at s.i with depth levels of nesting left.
@@ -61,8 +96,15 @@ func (s *canonScan) value(depth int) bool {
 				return false
 			}
 			prev = name
-			if !s.next(':') || !s.value(depth-1) {
+			if !s.next(':') {
 				return false
+			}
+			v := s.i
+			if !s.value(depth - 1) {
+				return false
+			}
+			if depth == s.top {
+				s.claim(name, s.b[v:s.i])
 			}
 			if s.next('}') {
 				return true
@@ -116,18 +158,25 @@ func (s *canonScan) str() bool {
 	if !s.next('"') {
 		return false
 	}
-	for s.i < len(s.b) {
-		switch d := s.b[s.i]; {
-		case d == '"':
-			s.i++
-			return true
-		case d == '\\' || d < 0x20 || d > 0x7e:
-			return false
-		}
-		s.i++
+	b, i := s.b, s.i
+	for i < len(b) && plainByte[b[i]] {
+		i++
 	}
-	return false
+	s.i = i
+	return s.next('"')
 }
+
+// plainByte holds the bytes a canonical string holds unescaped in this
+// subset: printable ASCII (0x20–0x7e) other than '"' and '\\': one lookup
+// per byte instead of four comparisons (an offer's scan: 13 % fewer
+// instructions under callgrind; an eight-byte-at-a-time test saved
+// nothing on its short strings; issue 18).
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c <= 0x7e; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // integer scans an integer literal of 1–15 digits, no leading zero, not -0.
 func (s *canonScan) integer() bool {

@@ -77,6 +77,51 @@ func TestCanonicalPrefix(t *testing.T) {
 	}
 }
 
+// TestCanonicalObjectPrefix: the layer the scan reads from a canonical
+// object's top-level members is ClaimedLayer's, by its exact rule: a
+// "vrp_mcp_profile_version" member, or a "type" string starting with
+// TransportTypePrefix in any case; nested members and other kinds claim
+// nothing. A value that is not an object is refused.
+func TestCanonicalObjectPrefix(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		n     int
+		layer string
+	}{
+		{`{"check_in":"2026-09-02","guests":2,"type":"offer"}`, 51, ""},
+		{`{"a":1,"type":"vrp.mcp.transport_assertion"}`, 44, LayerTransport},
+		{`{"type":"VRP.MCP.x"}`, 20, LayerTransport},
+		{`{"type":"vrp.mcp."}`, 19, LayerTransport},
+		{`{"type":"vrp.mcp"}`, 18, ""},
+		{`{"type":"x.vrp.mcp.y"}`, 22, ""},
+		{`{"type":["vrp.mcp.x"]}`, 22, ""},
+		{`{"type":7}`, 10, ""},
+		{`{"vrp_mcp_profile_version":"1.0"}`, 33, LayerTransport},
+		{`{"vrp_mcp_profile_version":null}`, 32, LayerTransport},
+		{`{"a":{"type":"vrp.mcp.x","vrp_mcp_profile_version":"1.0"}}`, 58, ""},
+		{`{"a":[{"vrp_mcp_profile_version":1}]}`, 37, ""},
+		{`{"typ":"vrp.mcp.x","typeX":"vrp.mcp.x"}`, 39, ""},
+		{`{"type":"vrp.mcp.x"},"typ":"y"}`, 20, LayerTransport}, // what follows is not read
+		{`{"type":"vrp.mcp.x","a":1.5}`, -1, ""},                // not canonical: no layer read
+		{`["vrp_mcp_profile_version"]`, -1, ""},
+		{`"type"`, -1, ""},
+		{``, -1, ""},
+	} {
+		n, layer := CanonicalObjectPrefix([]byte(c.in), 32)
+		if n != c.n || layer != c.layer {
+			t.Errorf("CanonicalObjectPrefix(%s) = %d, %q; want %d, %q", c.in, n, layer, c.n, c.layer)
+		}
+		if n >= 0 {
+			if want := ClaimedLayer([]byte(c.in[:n])); layer != want {
+				t.Errorf("CanonicalObjectPrefix(%s) layer %q, ClaimedLayer %q", c.in, layer, want)
+			}
+			if m := CanonicalPrefix([]byte(c.in), 32); m != n {
+				t.Errorf("CanonicalObjectPrefix(%s) = %d, CanonicalPrefix %d", c.in, n, m)
+			}
+		}
+	}
+}
+
 // FuzzCanonicalPrefix: a value CanonicalPrefix measures passes the strict
 // checks (depth, duplicate names, UTF-8, exact and I-JSON numbers) and is
 // its own RFC 8785 form; and every value that passes the strict check
@@ -85,10 +130,20 @@ func FuzzCanonicalPrefix(f *testing.F) {
 	for _, s := range []string{
 		`{"a":1}`, `{"":0,"a":[true,false,null,-12,"x",{}],"b":{"c":123456789012345,"d":[]}}`, `[[],{}]`,
 		`{"a":1,"a":2}`, `{"b":1,"a":2}`, `{"a":1,}`, `[1 2]`, `{"a":1.5}`, `"\u00e9"`, `{"a":1}x`, `-0`,
+		`{"a":{"type":"vrp.mcp.x"},"type":"Vrp.Mcp.y"}`, `{"vrp_mcp_profile_version":"1.0"}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// CanonicalObjectPrefix measures what CanonicalPrefix measures
+		// when it is an object, and reads ClaimedLayer's layer.
+		n, layer := CanonicalObjectPrefix(in, 32)
+		if m := CanonicalPrefix(in, 32); (len(in) > 0 && in[0] == '{' && m != n) || (n >= 0 && m != n) {
+			t.Fatalf("CanonicalObjectPrefix(%q) = %d, CanonicalPrefix %d", in, n, m)
+		}
+		if n >= 0 && layer != ClaimedLayer(in[:n]) {
+			t.Fatalf("CanonicalObjectPrefix(%q) layer %q, ClaimedLayer %q", in, layer, ClaimedLayer(in[:n]))
+		}
 		if n := CanonicalPrefix(in, 32); n >= 0 {
 			v := in[:n]
 			for _, num := range []strictjson.NumberRule{strictjson.NumbersExact, strictjson.NumbersIJSON} {
