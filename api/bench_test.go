@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -151,6 +152,8 @@ var benchBodies = func() map[string]string {
 		// The same payloads as a careful client sends them: RFC 8785 already.
 		"sign:batch-canonical": `{"items":[` + strings.Join(canonItems, ",") + `]}`,
 		"mcp-transport:batch":  `{"items":[` + strings.Join(transportItems, ",") + `]}`,
+		// bench/sidebyside's batch: the offer, 100 times.
+		"sign:batch-offer": `{"items":[` + strings.Repeat(`{"payload":`+benchOffer+`},`, 99) + `{"payload":` + benchOffer + `}]}`,
 	}
 }()
 
@@ -195,7 +198,27 @@ func BenchmarkHandler(b *testing.B) {
 			floor.ServeHTTP(rec, req)
 		}
 	})
-	for _, name := range []string{"sign", "sign-offer", "mcp-transport", "sign:batch", "sign:batch-canonical", "mcp-transport:batch"} {
+	// Raw Ed25519 over the offer's own JWS signing input (header.payload,
+	// RFC 7515 §5.1), as bench/sidebyside measures it: the floor of one
+	// sign-offer or sign:batch-offer signature.
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/keys/bench/sign", strings.NewReader(benchBodies["sign-offer"]))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	req.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(rec, req)
+	var offer struct{ JWS string }
+	if err := json.Unmarshal(rec.Body.Bytes(), &offer); err != nil || strings.Count(offer.JWS, ".") != 2 {
+		b.Fatalf("sign-offer: %d %s", rec.Code, rec.Body)
+	}
+	offerInput := []byte(offer.JWS[:strings.LastIndexByte(offer.JWS, '.')])
+	b.Run("raw_ed25519_offer", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b, processCPU())
+		for b.Loop() {
+			_ = ed25519.Sign(key, offerInput)
+		}
+	})
+	for _, name := range []string{"sign", "sign-offer", "mcp-transport", "sign:batch", "sign:batch-canonical", "sign:batch-offer", "mcp-transport:batch"} {
 		body := benchBodies[name]
 		route, _ := strings.CutSuffix(name, "-canonical")
 		route, _ = strings.CutSuffix(route, "-offer")
