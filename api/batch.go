@@ -106,7 +106,7 @@ func itemError(err error) *ItemError {
 // The items are signed in contiguous runs on up to GOMAXPROCS goroutines
 // (batchWorkers; ADR 0032): a batch's latency at one connection then
 // falls with the cores, and under load the same CPU is spent.
-func runBatch[R any, T issuer](s *Server, c echo.Context, one func(req R) (T, error)) error {
+func runBatch[R any, T issuer](s *Server, c echo.Context, one func(req R, run *backendRun) (T, error)) error {
 	body, err := s.readBody(c, s.cfg.MaxBatchBodyBytes)
 	if err != nil {
 		return err
@@ -127,6 +127,8 @@ func runBatch[R any, T issuer](s *Server, c echo.Context, one func(req R) (T, er
 	// signRun signs items[lo:hi] and stops at a backend failure (5xx).
 	signRun := func(lo, hi int) error {
 		var req R // one per run, zeroed per item: decoding into it allocates once
+		run := new(backendRun)
+		defer run.flush(s)
 		for i := lo; i < hi; i++ {
 			raw := items[i]
 			if int64(len(raw)) > s.cfg.MaxBodyBytes {
@@ -143,7 +145,7 @@ func runBatch[R any, T issuer](s *Server, c echo.Context, one func(req R) (T, er
 					continue
 				}
 			}
-			res, err := one(req)
+			res, err := one(req, run)
 			if err != nil {
 				var ae *apiError
 				if errors.As(err, &ae) && ae.Status >= 500 {
@@ -208,7 +210,7 @@ func (s *Server) signBatch(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return runBatch(s, c, func(req signRequest) (SignResponse, error) { return s.signOne(e, req) })
+	return runBatch(s, c, func(req signRequest, run *backendRun) (SignResponse, error) { return s.signOne(e, req, run) })
 }
 
 func (s *Server) transportBatch(c echo.Context) error {
@@ -216,8 +218,8 @@ func (s *Server) transportBatch(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return runBatch(s, c, func(req transportRequest) (TransportResponse, error) {
-		return s.transportOne(e, req)
+	return runBatch(s, c, func(req transportRequest, run *backendRun) (TransportResponse, error) {
+		return s.transportOne(e, req, run)
 	})
 }
 

@@ -27,6 +27,21 @@ func TestMetrics(t *testing.T) {
 	wantStatus(t, "transport", resp, body, http.StatusOK)
 	resp, body = h.postJSON("/v1/keys/villa/sign", tok, `{"payload":{"a":1,"a":2}}`)
 	wantStatus(t, "bad sign", resp, body, http.StatusBadRequest)
+	// Batches: each signature is one backend observation, held until its
+	// run ends (or 64 are held): one run of 100 items, one of them
+	// refused before signing, then three transport items on two workers.
+	restore := api.SetBatchWorkers(func(int) int { return 1 })
+	items := make([]string, 100)
+	for i := range items {
+		items[i] = `{"payload":{"i":` + strconv.Itoa(i) + `}}`
+	}
+	items[70] = `{"payload":{"a":1,"a":2}}`
+	resp, body = h.postJSON("/v1/keys/villa/sign:batch", tok, `{"items":[`+strings.Join(items, ",")+`]}`)
+	wantStatus(t, "sign:batch", resp, body, http.StatusOK)
+	restore()
+	defer api.SetBatchWorkers(func(int) int { return 2 })()
+	resp, body = h.postJSON("/v1/keys/villa/mcp-transport:batch", tok, `{"items":[{"tool":"t","arguments":{}},{"tool":"t","arguments":{"a":1}},{"tool":"t","arguments":{"b":2}}]}`)
+	wantStatus(t, "mcp-transport:batch", resp, body, http.StatusOK)
 	resp, body = h.postJSON("/v1/keys/nosuch/sign", tok, `{"payload":{"a":1}}`)
 	wantStatus(t, "unknown key", resp, body, http.StatusNotFound)
 	if _, err := h.mgr.SetPolicy(t.Context(), "villa", rotation.Policy{Retention: rotation.Duration(48 * time.Hour)}, rotation.Actor{Name: "test"}); err != nil {
@@ -64,7 +79,7 @@ func TestMetrics(t *testing.T) {
 		`keysvc_sign_requests_total{backend="software-fixed",key="villa",layer="jws",outcome="duplicate_key"}`: 1,
 		`keysvc_sign_requests_total{backend="unknown",key="unknown",layer="jws",outcome="key_not_found"}`:      1,
 		`keysvc_sign_duration_seconds_count{backend="software-fixed",key="villa",layer="jws"}`:                 3,
-		`keysvc_backend_call_duration_seconds_count{backend="software-fixed",op="sign"}`:                       3,
+		`keysvc_backend_call_duration_seconds_count{backend="software-fixed",op="sign"}`:                       3 + 99 + 3,
 		`keysvc_jwks_requests_total{code="200",document="jwks"}`:                                               1,
 		`keysvc_jwks_requests_total{code="304",document="jwks"}`:                                               1,
 		`keysvc_key_versions{key="villa",state="active"}`:                                                      1,
