@@ -404,6 +404,9 @@ func canonicalBatch[R any](body []byte, maxItems int) (items []jsontext.Value, r
 // its capacity cut at its end. Any other member, or a member of another
 // kind, returns false.
 func (r *transportRequest) decodeCommon(raw []byte) bool {
+	if r.decodePlain(raw) {
+		return true
+	}
 	ok := false
 	_ = strictjson.WithDecoder(raw, func(dec *jsontext.Decoder) error {
 		if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
@@ -461,6 +464,100 @@ func (r *transportRequest) decodeCommon(raw []byte) bool {
 		return nil
 	})
 	return ok
+}
+
+// decodePlain decodes, with no decoder at all, the transport request a
+// careful client sends: one object without whitespace whose members are
+// known names, each once, written without escapes — "arguments" an
+// object that signer.CanonicalPrefix measures (valid, already RFC 8785,
+// nested at most maxPayloadDepth deep), every other member a string of
+// printable ASCII without '"' or '\'. Such bytes pass strictjson.Decode's
+// checks (one value, distinct names, valid UTF-8, bounded depth) and
+// decode to the same members (TestTransportDecodeCommonMatchesStrict,
+// FuzzTransportDecodeCommon). Anything else returns false with *r
+// unchanged, for the decoder to take. Arguments is a slice of raw, its
+// capacity cut at its end.
+func (r *transportRequest) decodePlain(raw []byte) bool {
+	if len(raw) < 2 || raw[0] != '{' {
+		return false
+	}
+	var out transportRequest
+	var seen uint8
+	for i := 1; ; {
+		name, ok := plainStringAt(raw, i)
+		if !ok || i+len(name)+2 >= len(raw) || raw[i+len(name)+2] != ':' {
+			return false
+		}
+		i += len(name) + 3
+		var bit uint8
+		var dst *string
+		switch string(name) {
+		case "arguments":
+			bit = 1 << 0
+		case "tool":
+			bit, dst = 1<<1, &out.Tool
+		case "served_at":
+			bit, dst = 1<<2, &out.ServedAt
+		case "offer_ref":
+			bit, dst = 1<<3, &out.OfferRef
+		case "session_id":
+			bit, dst = 1<<4, &out.SessionID
+		case "ref":
+			bit, dst = 1<<5, &out.Ref
+		case "valid_for":
+			bit, dst = 1<<6, &out.ValidFor
+		default:
+			return false
+		}
+		if seen&bit != 0 {
+			return false // a duplicate: the decoder refuses it with its error
+		}
+		seen |= bit
+		if dst == nil {
+			if i >= len(raw) || raw[i] != '{' {
+				return false
+			}
+			n := signer.CanonicalPrefix(raw[i:], maxPayloadDepth)
+			if n < 0 {
+				return false
+			}
+			out.Arguments = jsontext.Value(raw[i : i+n : i+n])
+			i += n
+		} else {
+			v, ok := plainStringAt(raw, i)
+			if !ok {
+				return false
+			}
+			*dst = string(v)
+			i += len(v) + 2
+		}
+		switch {
+		case i < len(raw) && raw[i] == ',':
+			i++
+		case i == len(raw)-1 && raw[i] == '}' && out.Arguments != nil:
+			*r = out
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// plainStringAt returns the contents of the JSON string at b[i] when it
+// is written without escapes in printable ASCII other than '"' and '\'.
+func plainStringAt(b []byte, i int) ([]byte, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[i+1 : j], true
+		case c == '\\' || c < 0x20 || c > 0x7e:
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // maxPayloadDepth is how deeply a payload may nest inside its item under

@@ -159,6 +159,26 @@ func TestTransportDecodeCommonMatchesStrict(t *testing.T) {
 		{`{"tool":"t","arguments":{}} x`, false},
 		{`{"tool":"t","arguments":{}}{}`, false},
 		{`[]`, false},
+		// Cut short, and the shapes next to the decoder-free path's.
+		{`{"arguments":`, false},
+		{`{"tool":`, false},
+		{`{"tool":"t"`, false},
+		{`{"tool":"t",`, false},
+		{`{"arguments":{}`, false},
+		{`{"arguments":{},`, false},
+		{`{"arguments":{}}`, true},
+		{`{}`, false},
+		{`{"tool":"t","arguments":{"b":1,"a":2}}`, true}, // arguments not RFC 8785: the decoder's
+		{`{"tool":"t\"x","arguments":{}}`, true},
+		{"{\"tool\":\"\x7f\",\"arguments\":{}}", true},
+		{`{"tool":"t","arguments":{"a":1.5}}`, true},
+		{`{"tool":"t","served_at":"x","offer_ref":"o","session_id":"s","ref":"r","valid_for":"1h","arguments":{"a":[1,{"b":"c"}]}}`, true},
+		{`{"tool":"t","arguments":{},"ref":"r","ref":"r"}`, false},
+		{`{"tool":"t","arguments":{}}}`, false},
+		{`{"tool":"t","arguments":{}},`, false},
+		{`{"tool":"t""arguments":{}}`, false},
+		{`{"tool":"t","arguments":{"a":1}x}`, false},
+		{`{"tool":"t","arguments":{},}`, false},
 		{`{"tool":"t","arguments":` + strings.Repeat(`{"a":`, 30) + `{}` + strings.Repeat(`}`, 30) + `}`, true},  // depth 32 with the request
 		{`{"tool":"t","arguments":` + strings.Repeat(`{"a":`, 31) + `{}` + strings.Repeat(`}`, 31) + `}`, false}, // 33: too deep
 	} {

@@ -386,3 +386,56 @@ func TestAlreadyCanonical(t *testing.T) {
 		}
 	}
 }
+
+// TestTransportAssertionCanonicalPlain: an assertion whose values are all
+// plain ASCII is written as it is and must be exactly what the RFC 8785
+// formatter makes of it; values that need quoting (non-ASCII, '"', '\',
+// control characters, DEL) take the formatter and give the same bytes as
+// formatting a naive encoding of the same members.
+func TestTransportAssertionCanonicalPlain(t *testing.T) {
+	base := TransportAssertion{
+		ProfileVersion: MCPProfileVersion, Type: MCPAssertionType, Tool: "get_verified_stay_offer",
+		ArgumentsSHA256: "2e5b4dc2f91bec3a762993c25676b05d083bd2fabfcb52a403a651dcec7ca050",
+		ServedAt:        "2026-09-01T12:00:00Z", Issuer: "villaakerlyckan.se",
+	}
+	got, err := base.Canonical()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"arguments_sha256":"2e5b4dc2f91bec3a762993c25676b05d083bd2fabfcb52a403a651dcec7ca050","issuer":"villaakerlyckan.se",` +
+		`"served_at":"2026-09-01T12:00:00Z","tool":"get_verified_stay_offer","type":"` + MCPAssertionType + `","vrp_mcp_profile_version":"` + MCPProfileVersion + `"}`
+	if string(got) != want {
+		t.Fatalf("Canonical() =\n%s\nwant\n%s", got, want)
+	}
+	for _, v := range []string{"", "x", "offer:a b~c", "é", "a\"b", `a\b`, "a\x7fb", "a\x01b", "\u2028", "日本", "A<>&'"} {
+		for _, a := range []TransportAssertion{
+			func() TransportAssertion { a := base; a.OfferRef = v; return a }(),
+			func() TransportAssertion { a := base; a.SessionID = v; a.OfferRef = "o"; return a }(),
+			func() TransportAssertion { a := base; a.Tool = v + "t"; return a }(),
+		} {
+			got, err := a.Canonical()
+			if err != nil {
+				t.Fatalf("%q: %v", v, err)
+			}
+			m := map[string]string{"arguments_sha256": a.ArgumentsSHA256, "issuer": a.Issuer, "served_at": a.ServedAt,
+				"tool": a.Tool, "type": a.Type, "vrp_mcp_profile_version": a.ProfileVersion}
+			if a.OfferRef != "" {
+				m["offer_ref"] = a.OfferRef
+			}
+			if a.SessionID != "" {
+				m["session_id"] = a.SessionID
+			}
+			raw, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := Canonicalize(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, ref) {
+				t.Errorf("%q: Canonical() =\n%s\nformatter\n%s", v, got, ref)
+			}
+		}
+	}
+}

@@ -207,14 +207,26 @@ func BuildTransportAssertion(c TransportCall) (TransportAssertion, []byte, error
 // strings, written once with JSON string escapes and put in RFC 8785 order
 // by the same formatter as every other canonical form. Errors: a member
 // that is not valid UTF-8.
+//
+// When every value is printable ASCII without '"' or '\\' (the common
+// case: a tool name, a digest, an instant, a domain), the bytes are
+// written as they are and are RFC 8785 by construction: the names are
+// written in RFC 8785 order, and such strings need no escape (§3.2.2.2).
+// Anything else is quoted and then put through the formatter
+// (TestTransportAssertionCanonicalPlain holds the two paths to each other).
 func (a TransportAssertion) Canonical() ([]byte, error) {
-	b := make([]byte, 0, 320)
-	b = append(b, '{')
-	for i, m := range [...]struct{ name, value string }{
+	members := [...]struct{ name, value string }{
 		{"arguments_sha256", a.ArgumentsSHA256}, {"issuer", a.Issuer}, {"offer_ref", a.OfferRef},
 		{"served_at", a.ServedAt}, {"session_id", a.SessionID}, {"tool", a.Tool},
 		{"type", a.Type}, {"vrp_mcp_profile_version", a.ProfileVersion},
-	} {
+	}
+	plain := true
+	for _, m := range members {
+		plain = plain && plainString(m.value)
+	}
+	b := make([]byte, 0, 320)
+	b = append(b, '{')
+	for i, m := range members {
 		if m.value == "" && (m.name == "offer_ref" || m.name == "session_id") {
 			continue // optional members are omitted, never null or ""
 		}
@@ -224,13 +236,33 @@ func (a TransportAssertion) Canonical() ([]byte, error) {
 		b = append(b, '"')
 		b = append(b, m.name...)
 		b = append(b, '"', ':')
+		if plain {
+			b = append(b, '"')
+			b = append(b, m.value...)
+			b = append(b, '"')
+			continue
+		}
 		var err error
 		if b, err = jsontext.AppendQuote(b, m.value); err != nil {
 			return nil, fmt.Errorf("signer: assertion member %s: %w", m.name, err)
 		}
 	}
 	b = append(b, '}')
+	if plain {
+		return b, nil
+	}
 	return jcsFormat(b)
+}
+
+// plainString reports whether every byte of s is printable ASCII other
+// than '"' and '\\' (plainByte): a JSON string RFC 8785 writes unescaped.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !plainByte[s[i]] {
+			return false
+		}
+	}
+	return true
 }
 
 func printable(s string) bool {
