@@ -56,7 +56,14 @@ type canonScan struct {
 	i     int
 	top   int    // the depth argument of the object whose members claim a layer; -1 for none
 	layer string // the layer the top object's members claim (ClaimedLayer's rule)
+	// members, when record is set, receives the top object's members.
+	members []memberSpan
+	record  bool
 }
+
+// memberSpan is one member of a scanned object: its name (unquoted) and
+// its value's bytes, both slices of the scanned input.
+type memberSpan struct{ name, value []byte }
 
 // claim applies ClaimedLayer's rule to one top-level member: its name
 // (unquoted; canonical names hold no escapes) and its value's bytes.
@@ -105,6 +112,9 @@ func (s *canonScan) value(depth int) bool {
 			}
 			if depth == s.top {
 				s.claim(name, s.b[v:s.i])
+				if s.record {
+					s.members = append(s.members, memberSpan{name, s.b[v:s.i]})
+				}
 			}
 			if s.next('}') {
 				return true

@@ -61,7 +61,15 @@ func FuzzArgumentsSHA256(f *testing.F) {
 	f.Add([]byte(`{"checkIn":"2026-09-02","checkOut":"2026-09-05","guests":2}`))
 	f.Add([]byte(`{"checkIn":1,"check_in":2}`))
 	f.Add([]byte(`{"HTTPServer":{"xY":1}}`))
+	f.Add([]byte(`{"a_b":1,"aB":2}`))
+	f.Add([]byte(`{"b":1,"cA":{"dE":[1,"x"]},"zz":null}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// The decoder-free path gives the general path's bytes.
+		if fast, ok := normalizeCanonicalArguments(in); ok {
+			if slow, err := normalizeArguments(in); err != nil || !bytes.Equal(fast, slow) {
+				t.Fatalf("%q: normalizeCanonicalArguments %q, normalizeArguments %q (%v)", in, fast, slow, err)
+			}
+		}
 		d1, canon, err := ArgumentsSHA256(in)
 		if err != nil {
 			return

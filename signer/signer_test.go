@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/big"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -436,6 +437,68 @@ func TestTransportAssertionCanonicalPlain(t *testing.T) {
 			if !bytes.Equal(got, ref) {
 				t.Errorf("%q: Canonical() =\n%s\nformatter\n%s", v, got, ref)
 			}
+		}
+	}
+}
+
+// TestSnakeCaseASCII: the byte-wise renaming of canonical argument names
+// is SnakeCase, for the profile's examples and for random names over the
+// characters its rule distinguishes.
+func TestSnakeCaseASCII(t *testing.T) {
+	for _, n := range []string{"", "checkIn", "offerID", "HTTPServer", "a_B", "A", "aB1c", "x9Y", "ABc", "_A", "__aBC_dE", "check_in", "URLs", "a-B", "a B"} {
+		if got, want := string(appendSnakeCaseASCII(nil, []byte(n))), SnakeCase(n); got != want {
+			t.Errorf("appendSnakeCaseASCII(%q) = %q, SnakeCase %q", n, got, want)
+		}
+	}
+	const alphabet = "aBzZ09_-. ~"
+	r := mrand.New(mrand.NewPCG(7, 8))
+	for range 200_000 {
+		b := make([]byte, r.IntN(10))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		if got, want := string(appendSnakeCaseASCII(nil, b)), SnakeCase(string(b)); got != want {
+			t.Fatalf("appendSnakeCaseASCII(%q) = %q, SnakeCase %q", b, got, want)
+		}
+	}
+}
+
+// TestNormalizeArgumentsPaths: canonical arguments take the decoder-free
+// path and give the general path's bytes; arguments whose renamed names
+// reorder or collide, or that are not canonical, are left to the general
+// path, whose errors are unchanged.
+func TestNormalizeArgumentsPaths(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+		fast     bool
+		err      error
+	}{
+		{`{"checkIn":"2026-09-02","checkOut":"2026-09-05","guests":2}`, `{"check_in":"2026-09-02","check_out":"2026-09-05","guests":2}`, true, nil},
+		{`{}`, `{}`, true, nil},
+		{`{"a":{"aA":[true],"zZ":1}}`, `{"a":{"aA":[true],"zZ":1}}`, true, nil}, // nested names are not renamed
+		{`{"aB":1,"a_c":2}`, `{"a_b":1,"a_c":2}`, true, nil},
+		{`{"aZ":1,"a_b":2}`, `{"a_b":2,"a_z":1}`, false, nil}, // renaming reorders: the formatter sorts
+		{`{"aB":1,"a_b":2}`, "", false, ErrArgumentKeyCollision},
+		{`{"b":1,"a":2}`, `{"a":2,"b":1}`, false, nil},
+		{`{"a":1.50}`, `{"a":1.5}`, false, nil},
+		{`{"a":9007199254740993}`, "", false, nil}, // beyond I-JSON: the strict check refuses it
+		{`[1]`, "", false, ErrArgumentsNotObject},
+	} {
+		_, fast := normalizeCanonicalArguments([]byte(c.in))
+		if fast != c.fast {
+			t.Errorf("%s: decoder-free path %v, want %v", c.in, fast, c.fast)
+		}
+		got, err := NormalizeArguments([]byte(c.in))
+		switch {
+		case c.want == "" && err == nil:
+			t.Errorf("%s: NormalizeArguments = %s, want an error", c.in, got)
+		case c.err != nil && !errors.Is(err, c.err):
+			t.Errorf("%s: error %v, want %v", c.in, err, c.err)
+		case c.want != "" && (err != nil || string(got) != c.want):
+			t.Errorf("%s: NormalizeArguments = %s (%v), want %s", c.in, got, err, c.want)
+		}
+		if slow, err2 := normalizeArguments([]byte(c.in)); string(slow) != string(got) || (err == nil) != (err2 == nil) {
+			t.Errorf("%s: NormalizeArguments %s (%v), general path %s (%v)", c.in, got, err, slow, err2)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package signer
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -75,6 +76,73 @@ func SnakeCase(s string) string {
 // ErrArgumentsNotObject, or ErrArgumentKeyCollision (wrapped, naming the
 // colliding keys).
 func NormalizeArguments(raw []byte) ([]byte, error) {
+	if out, ok := normalizeCanonicalArguments(raw); ok {
+		return out, nil
+	}
+	return normalizeArguments(raw)
+}
+
+// normalizeCanonicalArguments is NormalizeArguments for the arguments a
+// careful client sends: an object that is already RFC 8785 within
+// CanonicalPrefix's subset (so strict I-JSON, depth within
+// argumentLimits), whose snake_case names keep its member order. The
+// names are renamed into a copy and the values copied as they are; the
+// result is RFC 8785 by construction (plain ASCII names in strictly
+// increasing order, canonical values). Anything else — not canonical, or
+// names that reorder or collide — returns false for normalizeArguments,
+// with its exact errors (TestNormalizeArgumentsPaths, FuzzArgumentsSHA256).
+func normalizeCanonicalArguments(raw []byte) ([]byte, bool) {
+	var buf [16]memberSpan
+	s := canonScan{b: raw, top: argumentLimits.MaxDepth, members: buf[:0], record: true}
+	if len(raw) == 0 || raw[0] != '{' || !s.value(argumentLimits.MaxDepth) || s.i != len(raw) {
+		return nil, false
+	}
+	out := make([]byte, 0, len(raw)+16)
+	out = append(out, '{')
+	var prev []byte
+	for i, m := range s.members {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, '"')
+		start := len(out)
+		out = appendSnakeCaseASCII(out, m.name)
+		name := out[start:]
+		if i > 0 && bytes.Compare(prev, name) >= 0 {
+			return nil, false
+		}
+		prev = name
+		out = append(out, '"', ':')
+		out = append(out, m.value...)
+	}
+	return append(out, '}'), true
+}
+
+// appendSnakeCaseASCII appends SnakeCase(string(name)) for a name of
+// printable ASCII, byte by byte (TestSnakeCaseASCII compares the two).
+func appendSnakeCaseASCII(dst, name []byte) []byte {
+	upper := func(c byte) bool { return 'A' <= c && c <= 'Z' }
+	lower := func(c byte) bool { return 'a' <= c && c <= 'z' }
+	for i, c := range name {
+		if !upper(c) {
+			dst = append(dst, c)
+			continue
+		}
+		if i > 0 && name[i-1] != '_' {
+			prev := name[i-1]
+			nextLower := i+1 < len(name) && lower(name[i+1])
+			if lower(prev) || ('0' <= prev && prev <= '9') || (upper(prev) && nextLower) {
+				dst = append(dst, '_')
+			}
+		}
+		dst = append(dst, c+('a'-'A'))
+	}
+	return dst
+}
+
+// normalizeArguments is NormalizeArguments for any input: the strict
+// check, then a decoder renames the members and the formatter sorts them.
+func normalizeArguments(raw []byte) ([]byte, error) {
 	if err := strictjson.Check(raw, argumentLimits); err != nil {
 		return nil, err
 	}
