@@ -29,18 +29,55 @@ const (
 // ES256SignatureSize is the size of an ES256 JWS signature: r||s, 32 bytes each.
 const ES256SignatureSize = 64
 
-// b64 encodes the JWS signing input and signature: base64url without
-// padding (RFC 7515 §2, RFC 4648 §5). segmentio/asm's encoder writes the
-// bytes encoding/base64 writes (TestBase64MatchesStdlib, FuzzBase64), with
-// AVX2 on amd64 in about a quarter of its time for an offer's payload, and
-// through encoding/base64 itself elsewhere (issue 18, ADR 0042).
-//
-// Its assembly's arguments escape, so buffers it writes or reads are on
-// the heap already; b64std, encoding/base64's, encodes what lives on the
-// stack (the signature).
-var b64 = asmbase64.RawURLEncoding
+// b64 encodes JWS parts: base64url without padding (RFC 7515 §2, RFC 4648
+// §5).
+var b64 = base64.RawURLEncoding
 
-var b64std = base64.RawURLEncoding
+// encodePayload writes b64.Encode's bytes for the payload part of a
+// signing input, the longest part of every JWS. It is segmentio/asm's
+// encoder — AVX2 on amd64, NEON on arm64, encoding/base64 elsewhere:
+// about a quarter of encoding/base64's time for an offer's payload
+// (issue 18, ADR 0042) — when that encoder passes a known-answer check
+// against encoding/base64 at start-up (encoderAgrees), and b64.Encode
+// otherwise. The check matters because the signature covers the encoded
+// bytes: a wrong encoding would be a valid JWS over other bytes.
+// TestBase64MatchesStdlib and FuzzBase64 hold the encoder to
+// encoding/base64 in CI; the check holds it on the machine that signs.
+// The assembly's arguments escape, so only heap buffers are passed to it.
+var encodePayload = func() func(dst, src []byte) {
+	asm := asmbase64.RawURLEncoding
+	if encoderAgrees(asm.Encode, asm.EncodedLen) {
+		return asm.Encode
+	}
+	return b64.Encode
+}()
+
+// encoderAgrees reports whether encode writes exactly b64's bytes, and
+// nothing past encodedLen, for every length from 0 to 256 (each vector
+// block size and tail) over inputs that cover every byte value: the
+// known-answer check behind encodePayload. It takes a few tens of
+// microseconds.
+func encoderAgrees(encode func(dst, src []byte), encodedLen func(int) int) bool {
+	src := make([]byte, 256)
+	for i := range src {
+		src[i] = byte(i*167 + 13)
+	}
+	want := make([]byte, b64.EncodedLen(len(src))+1)
+	got := make([]byte, len(want))
+	for n := 0; n <= len(src); n++ {
+		m := b64.EncodedLen(n)
+		if encodedLen(n) != m {
+			return false
+		}
+		want[m], got[m] = 0x5a, 0x5a
+		b64.Encode(want, src[:n])
+		encode(got, src[:n])
+		if string(got[:m+1]) != string(want[:m+1]) {
+			return false
+		}
+	}
+	return true
+}
 
 // ProtectedHeader is the JOSE header keysvc puts on every JWS. Members are
 // serialized in this (lexicographic) order: {"alg","kid","typ"}; typ is
@@ -152,7 +189,7 @@ func SignCompact(headerB64 string, payload []byte, alg string, s crypto.Signer) 
 	}
 	copy(buf, headerB64)
 	buf[len(headerB64)] = '.'
-	b64.Encode(buf[len(headerB64)+1:], payload)
+	encodePayload(buf[len(headerB64)+1:], payload)
 	var sigBuf [ed25519.SignatureSize]byte
 	var sig []byte
 	if inMemory {
@@ -168,8 +205,8 @@ func SignCompact(headerB64 string, payload []byte, alg string, s crypto.Signer) 
 		}
 	}
 	var enc [88]byte // base64url of a 64-byte signature is 86 bytes
-	encSig := enc[:b64std.EncodedLen(len(sig))]
-	b64std.Encode(encSig, sig) // not b64: its assembly would move both arrays to the heap
+	encSig := enc[:b64.EncodedLen(len(sig))]
+	b64.Encode(encSig, sig) // not encodePayload: its assembly would move both arrays to the heap
 	var jws strings.Builder
 	jws.Grow(n + 1 + len(encSig))
 	jws.Write(buf)
