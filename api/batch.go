@@ -417,9 +417,11 @@ func (r *transportRequest) decodeCommon(raw []byte) bool {
 			if err != nil {
 				return nil
 			}
-			var dst *string
-			switch string(name) {
-			case `"arguments"`:
+			_, dst, known := r.member(string(name[1 : len(name)-1]))
+			switch {
+			case !known:
+				return nil
+			case dst == nil: // arguments
 				if dec.PeekKind() != '{' {
 					return nil
 				}
@@ -430,20 +432,6 @@ func (r *transportRequest) decodeCommon(raw []byte) bool {
 				end := int(dec.InputOffset())
 				r.Arguments = jsontext.Value(raw[end-len(v) : end : end])
 				continue
-			case `"tool"`:
-				dst = &r.Tool
-			case `"served_at"`:
-				dst = &r.ServedAt
-			case `"offer_ref"`:
-				dst = &r.OfferRef
-			case `"session_id"`:
-				dst = &r.SessionID
-			case `"ref"`:
-				dst = &r.Ref
-			case `"valid_for"`:
-				dst = &r.ValidFor
-			default:
-				return nil
 			}
 			if dec.PeekKind() != '"' {
 				return nil
@@ -489,24 +477,8 @@ func (r *transportRequest) decodePlain(raw []byte) bool {
 			return false
 		}
 		i += len(name) + 3
-		var bit uint8
-		var dst *string
-		switch string(name) {
-		case "arguments":
-			bit = 1 << 0
-		case "tool":
-			bit, dst = 1<<1, &out.Tool
-		case "served_at":
-			bit, dst = 1<<2, &out.ServedAt
-		case "offer_ref":
-			bit, dst = 1<<3, &out.OfferRef
-		case "session_id":
-			bit, dst = 1<<4, &out.SessionID
-		case "ref":
-			bit, dst = 1<<5, &out.Ref
-		case "valid_for":
-			bit, dst = 1<<6, &out.ValidFor
-		default:
+		bit, dst, known := out.member(string(name))
+		if !known {
 			return false
 		}
 		if seen&bit != 0 {
@@ -544,20 +516,42 @@ func (r *transportRequest) decodePlain(raw []byte) bool {
 }
 
 // plainStringAt returns the contents of the JSON string at b[i] when it
-// is written without escapes in printable ASCII other than '"' and '\'.
+// is written without escapes in printable ASCII other than '"' and '\\'
+// (plainASCII, as decodeCanonicalAt reads typ).
 func plainStringAt(b []byte, i int) ([]byte, bool) {
 	if i >= len(b) || b[i] != '"' {
 		return nil, false
 	}
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return b[i+1 : j], true
-		case c == '\\' || c < 0x20 || c > 0x7e:
-			return nil, false
-		}
+	q := bytes.IndexByte(b[i+1:], '"')
+	if q < 0 || !plainASCII(string(b[i+1:i+1+q])) {
+		return nil, false
 	}
-	return nil, false
+	return b[i+1 : i+1+q], true
+}
+
+// member maps a transport request's member name (unquoted, as written
+// without escapes) to its bit in decodePlain's set of members seen and
+// to its string field; dst is nil for "arguments", the one object
+// member. known is false for any other name. Both decoders of the
+// request read its members through it.
+func (r *transportRequest) member(name string) (bit uint8, dst *string, known bool) {
+	switch name {
+	case "arguments":
+		return 1 << 0, nil, true
+	case "tool":
+		return 1 << 1, &r.Tool, true
+	case "served_at":
+		return 1 << 2, &r.ServedAt, true
+	case "offer_ref":
+		return 1 << 3, &r.OfferRef, true
+	case "session_id":
+		return 1 << 4, &r.SessionID, true
+	case "ref":
+		return 1 << 5, &r.Ref, true
+	case "valid_for":
+		return 1 << 6, &r.ValidFor, true
+	}
+	return 0, nil, false
 }
 
 // maxPayloadDepth is how deeply a payload may nest inside its item under

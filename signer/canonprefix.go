@@ -56,9 +56,8 @@ type canonScan struct {
 	i     int
 	top   int    // the depth argument of the object whose members claim a layer; -1 for none
 	layer string // the layer the top object's members claim (ClaimedLayer's rule)
-	// members, when record is set, receives the top object's members.
+	// members, when not nil, receives the top object's members.
 	members []memberSpan
-	record  bool
 }
 
 // memberSpan is one member of a scanned object: its name (unquoted) and
@@ -112,7 +111,7 @@ func (s *canonScan) value(depth int) bool {
 			}
 			if depth == s.top {
 				s.claim(name, s.b[v:s.i])
-				if s.record {
+				if s.members != nil {
 					s.members = append(s.members, memberSpan{name, s.b[v:s.i]})
 				}
 			}

@@ -93,7 +93,7 @@ func NormalizeArguments(raw []byte) ([]byte, error) {
 // with its exact errors (TestNormalizeArgumentsPaths, FuzzArgumentsSHA256).
 func normalizeCanonicalArguments(raw []byte) ([]byte, bool) {
 	var buf [16]memberSpan
-	s := canonScan{b: raw, top: argumentLimits.MaxDepth, members: buf[:0], record: true}
+	s := canonScan{b: raw, top: argumentLimits.MaxDepth, members: buf[:0]}
 	if len(raw) == 0 || raw[0] != '{' || !s.value(argumentLimits.MaxDepth) || s.i != len(raw) {
 		return nil, false
 	}
