@@ -181,17 +181,7 @@ func BenchmarkHandler(b *testing.B) {
 	b.Run("floor_sign", func(b *testing.B) {
 		b.ReportAllocs()
 		defer reportCPU(b, processCPU())
-		floor := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			in, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-			if err != nil {
-				w.WriteHeader(http.StatusBadRequest)
-				return
-			}
-			w.Header()["Content-Type"] = []string{"application/json"}
-			out := append(make([]byte, 0, 110), `{"signature":"`...)
-			out = base64.RawURLEncoding.AppendEncode(out, ed25519.Sign(key, in))
-			_, _ = w.Write(append(out, '"', '}'))
-		})
+		floor := floorSign(key)
 		for b.Loop() {
 			req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(benchOffer))
 			rec := httptest.NewRecorder()
@@ -257,6 +247,75 @@ func BenchmarkHandler(b *testing.B) {
 				h.ServeHTTP(rec, req)
 				if rec.Code != http.StatusOK && rec.Code != http.StatusNotModified {
 					b.Fatalf("%d", rec.Code)
+				}
+			}
+		})
+	}
+}
+
+// floorSign is bench/sidebyside's signing floor (keysvc bench-floor
+// --sign) as a handler: read the body, Ed25519 over it, a JSON answer.
+func floorSign(key ed25519.PrivateKey) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.Header()["Content-Type"] = []string{"application/json"}
+		out := append(make([]byte, 0, 110), `{"signature":"`...)
+		out = base64.RawURLEncoding.AppendEncode(out, ed25519.Sign(key, in))
+		_, _ = w.Write(append(out, '"', '}'))
+	})
+}
+
+// BenchmarkHandlerCold is BenchmarkHandler's floor_sign and sign-offer
+// with the caches evicted before every request (a 16 MiB sweep, outside
+// the timer): what a request costs when its core ran something else
+// since the last one, as at one connection, where the client, the
+// kernel and the wake-ups run between requests. The warm/cold difference
+// is the cost of the request path's footprint, code and data; cachegrind
+// counts it in cache lines, the same on every run (docs/performance.md,
+// session 30):
+//
+//	GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off GOMAXPROCS=1 valgrind --tool=cachegrind \
+//	  --cache-sim=yes --LL=8388608,16,64 ./api.test -test.run '^$' \
+//	  -test.bench 'HandlerCold/sign-offer/cold$' -test.benchtime 100x
+func BenchmarkHandlerCold(b *testing.B) {
+	h, secret := benchHandler(b)
+	floor := floorSign(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize)))
+	sweep := make([]byte, 16<<20)
+	evict := func() {
+		for i := 0; i < len(sweep); i += 64 {
+			sweep[i]++
+		}
+	}
+	for _, cold := range []bool{false, true} {
+		mode := map[bool]string{false: "warm", true: "cold"}[cold]
+		b.Run("floor_sign/"+mode, func(b *testing.B) {
+			for b.Loop() {
+				if cold {
+					b.StopTimer()
+					evict()
+					b.StartTimer()
+				}
+				floor.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", strings.NewReader(benchOffer)))
+			}
+		})
+		b.Run("sign-offer/"+mode, func(b *testing.B) {
+			for b.Loop() {
+				if cold {
+					b.StopTimer()
+					evict()
+					b.StartTimer()
+				}
+				req := httptest.NewRequest(http.MethodPost, "/v1/keys/bench/sign", strings.NewReader(benchBodies["sign-offer"]))
+				req.Header.Set("Authorization", "Bearer "+secret)
+				req.Header.Set("Content-Type", "application/json")
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					b.Fatalf("sign-offer: %d %s", rec.Code, rec.Body)
 				}
 			}
 		})
