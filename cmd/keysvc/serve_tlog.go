@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,6 +132,11 @@ func (f *tlogFlags) start(ctx context.Context, st store.Store, log *slog.Logger,
 	if err != nil {
 		rt.stop()
 		return nil, err
+	}
+	if f.logKeys == "" {
+		for _, u := range unpinnedPlainHTTP(f.urls) {
+			log.Warn("transparency log: the log's keys are not pinned and it is reached over plain HTTP, so whoever is on the path can sign its promises; pin them with --tlog-log-keys", "log", u)
+		}
 	}
 	var logs []tlogclient.Log
 	for _, l := range hls {
@@ -297,6 +303,29 @@ func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (
 		p.Entries[i] = tlogclient.PromisedEntry{Entry: entries[i], LoggedAt: at, LeafIndex: idx}
 	}
 	return p, nil
+}
+
+// unpinnedPlainHTTP returns the log URLs of urls that a node without
+// --tlog-log-keys would trust on their own word with no protection on
+// the path: plain http:// to a host that is not loopback. Their
+// Signed Entry Promises are checked against the jwks.json the same URL
+// serves. Over https the keys are as trustworthy as the log's TLS
+// certificate, and on loopback there is no path to sit on.
+func unpinnedPlainHTTP(urls []string) []string {
+	var out []string
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme != "http" {
+			continue
+		}
+		if h := u.Hostname(); h == "localhost" {
+			continue
+		} else if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
+			continue
+		}
+		out = append(out, raw)
+	}
+	return out
 }
 
 // asLogs is hls as the Log interface tlogclient and anchor take.

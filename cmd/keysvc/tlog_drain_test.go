@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,4 +74,23 @@ func TestTlogDrain(t *testing.T) {
 	}
 	logSrv.stop(t)
 	tlogtest.Fsck(t, logDir, logSrv.VKey)
+}
+
+// TestUnpinnedPlainHTTP: serve warns about the log URLs whose keys a node
+// without --tlog-log-keys would take from the URL itself with nothing
+// protecting the path — plain HTTP to a host that is not loopback.
+func TestUnpinnedPlainHTTP(t *testing.T) {
+	got := unpinnedPlainHTTP([]string{
+		"http://log.example.com",   // warned
+		"https://log.example.com",  // TLS: the certificate vouches for the keys
+		"http://127.0.0.1:8081",    // loopback
+		"http://[::1]:8081",        // loopback
+		"http://localhost:8081",    // loopback
+		"http://10.0.0.7:8081/vrp", // warned: a network path
+		"://bad",                   // not a URL: refused elsewhere, not here
+	})
+	want := []string{"http://log.example.com", "http://10.0.0.7:8081/vrp"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("unpinnedPlainHTTP = %q, want %q", got, want)
+	}
 }
