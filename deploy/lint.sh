@@ -165,5 +165,6 @@ check "metric names: a live keysvc (serve --dev on loopback) exports every one t
 check "keysvc commands and flags, KEYSVC_* variables, metric names in deploy/ and docs/runbooks/ (${#text_files[@]} files)" \
   "$lint" cli "$keysvc" "$repo" "${text_files[@]}"
 check "shellcheck deploy/lint.sh" shellcheck deploy/lint.sh
+check "shellcheck bench/sidebyside/run.sh (the side-by-side benchmark, issue 18)" shellcheck bench/sidebyside/run.sh
 
 exit "$failed"

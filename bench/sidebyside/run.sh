@@ -16,9 +16,13 @@
 #       # per request of each, and in how many rounds B cost less than A
 #       # (routes: sign, mcp-transport, batch100, jwks, jwks304, and the
 #       # floors' floor-sign, floor-jwks)
+#   KEYSVC=/tmp/keysvc-old KEYSVC_B=/tmp/keysvc-new PAIRS="sign b:sign" bench/sidebyside/run.sh
+#       # two keysvc builds A/B, interleaved: KEYSVC_B runs as a second
+#       # server whose routes are b:sign, b:mcp-transport, b:batch100,
+#       # b:jwks, b:jwks304
 #
 # Needs wrk (Debian package wrk) and Go (to build keysvc, unless KEYSVC is
-# the path of a keysvc binary). Ports: PORT_BASE (29100) .. PORT_BASE+3.
+# the path of a keysvc binary). Ports: PORT_BASE (29100) .. PORT_BASE+4.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -79,6 +83,18 @@ jws=$(curl -fs -H "Authorization: Bearer $SBS_TOKEN" -H 'Content-Type: applicati
 printf '%s' "${jws%.*}" >"$data/signing-input.txt"
 export SBS_ETAG; SBS_ETAG=$(curl -fsI "http://127.0.0.1:$kport/v1/keys/dev/jwks.json" | tr -d '\r' | awk -F': ' 'tolower($1)=="etag"{print $2}')
 
+# A second keysvc build for A/B pairs (KEYSVC_B), on its own data
+# directory: its own dev token and key, so its own ETag.
+kbpid="" kbport=$((PORT_BASE + 4)) btoken="" betag=""
+if [[ -n ${KEYSVC_B:-} ]]; then
+  "$KEYSVC_B" serve --dev --data-dir "$work/keysvc-b-data" --listen "127.0.0.1:$kbport" \
+    --rate-limit 0 --public-rate-limit 0 --tlog-embedded="$tlog" >"$work/keysvc-b.log" 2>&1 &
+  kbpid=$!; pids+=("$kbpid")
+  wait_http "http://127.0.0.1:$kbport/healthz"
+  btoken=$(cat "$work/keysvc-b-data/dev-token")
+  betag=$(curl -fsI "http://127.0.0.1:$kbport/v1/keys/dev/jwks.json" | tr -d '\r' | awk -F': ' 'tolower($1)=="etag"{print $2}')
+fi
+
 # The floors: keysvc bench-floor processes (net/http behind serve's settings).
 # Each serves until its standard input (a FIFO held open on fd 3 or 4) closes.
 start_floor() { # fd port args...; sets floor_pid
@@ -122,7 +138,8 @@ run() {
     -s "$here/lua/$script" "http://127.0.0.1:$port" | grep '^RESULT') || true
   c1=$(cpu_ticks "$pid")
   if [[ -z $out ]]; then echo "run.sh: wrk failed for $target $route at $c connections" >&2; return 1; fi
-  eval "local ${out#RESULT }"
+  local requests=0 rps=0 p50_us=0 p99_us=0 p999_us=0 bad_status=0 socket_errors=0
+  eval "${out#RESULT }" # lib.lua's done(): name=value pairs of the fields above
   if ((bad_status + socket_errors > 0)); then echo "run.sh: $target $route: $bad_status bad statuses, $socket_errors socket errors" >&2; fi
   local cpu_us; cpu_us=$(awk -v d=$((c1 - c0)) -v t="$tck" -v n="$requests" 'BEGIN{printf "%.1f", n ? d*1e6/t/n : 0}')
   local sigs; sigs=$(awk -v r="$rps" -v p="$per" 'BEGIN{printf "%.0f", r*p}')
@@ -142,18 +159,27 @@ if [[ -n ${PAIRS:-} ]]; then
       jwks304) echo "keysvc $kpid $kport jwks304.lua 0" ;;
       floor-sign) echo "floor-net/http $spid $sport floor-sign.lua 1" ;;
       floor-jwks) echo "floor-net/http $jpid $jport jwks.lua 0" ;;
+      b:*)
+        [[ -n $kbpid ]] || { echo "run.sh: PAIRS: $1 needs KEYSVC_B (a second keysvc binary)" >&2; return 1; }
+        local r; r=$(pair_route "${1#b:}") || return 1
+        [[ $r == keysvc\ * ]] || { echo "run.sh: PAIRS: $1: only keysvc routes have a b: twin" >&2; return 1; }
+        read -r _ _ _ script per <<<"$r"
+        echo "keysvc-b $kbpid $kbport $script $per" ;;
       *) echo "run.sh: PAIRS: unknown route $1" >&2; return 1 ;;
     esac
   }
+  # pair_env NAME: the environment of a route's wrk run (KEYSVC_B's token
+  # and ETag for its routes).
+  pair_env() { if [[ $1 == b:* ]]; then echo "SBS_TOKEN=$btoken SBS_ETAG=$betag"; fi; }
   read -r pa pb <<<"$PAIRS"
   [[ -n $pb ]] || { echo "run.sh: PAIRS needs two routes, e.g. PAIRS=\"jwks jwks304\"" >&2; exit 1; }
   ra=$(pair_route "$pa") rb=$(pair_route "$pb")
   for c in $CONNS; do
-    for round in $(seq "$ROUNDS"); do
-      # shellcheck disable=SC2086 # the route's fields are separate arguments
-      run "$pa" $ra "$c"
-      # shellcheck disable=SC2086
-      run "$pb" $rb "$c"
+    for _ in $(seq "$ROUNDS"); do
+      # shellcheck disable=SC2086,SC2046 # the route's fields and environment are separate arguments
+      run "$pa" $ra "$c" $(pair_env "$pa")
+      # shellcheck disable=SC2086,SC2046
+      run "$pb" $rb "$c" $(pair_env "$pb")
     done
   done
   echo
@@ -180,7 +206,7 @@ raw_ed25519() {
   echo "raw ed25519 $1 0 0 $raw 1" >>"$results"
 }
 
-for round in $(seq "$ROUNDS"); do
+for _ in $(seq "$ROUNDS"); do
   for c in $CONNS; do
     run sign keysvc "$kpid" "$kport" keysvc-sign.lua 1 "$c"
     run sign floor-net/http "$spid" "$sport" floor-sign.lua 1 "$c"
