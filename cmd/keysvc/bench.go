@@ -289,14 +289,20 @@ func loopbackOnly(raw string) error {
 	if err != nil {
 		return err
 	}
-	host := u.Hostname()
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+	if host := u.Hostname(); !isLoopbackHost(host) {
 		return fmt.Errorf("bench targets loopback addresses only, not %q", host)
 	}
 	return nil
+}
+
+// isLoopbackHost reports whether a URL's host (url.URL.Hostname) is
+// "localhost" or a loopback IP address (127.0.0.0/8, ::1).
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func fetchETag(u string) (string, error) {

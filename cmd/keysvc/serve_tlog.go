@@ -315,15 +315,9 @@ func unpinnedPlainHTTP(urls []string) []string {
 	var out []string
 	for _, raw := range urls {
 		u, err := url.Parse(raw)
-		if err != nil || u.Scheme != "http" {
-			continue
+		if err == nil && u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
+			out = append(out, raw)
 		}
-		if h := u.Hostname(); h == "localhost" {
-			continue
-		} else if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
-			continue
-		}
-		out = append(out, raw)
 	}
 	return out
 }
