@@ -547,16 +547,39 @@ func (a *Anchor) markSubmitted(evs []Event) {
 // — an offline tokens command's whose log did not take them, so they reach
 // the log without waiting for a restart. Rows another replica stored (and
 // recorded) are recorded once more here, as a start does: the log keeps one
-// entry per hash. One read of anchor_events per call (lifecycle events:
-// rare, small).
+// entry per hash. Each call reads the hashes of anchor_events (32 bytes a
+// row), and the rows themselves only for hashes this process has not
+// recorded, oldest first.
 func (a *Anchor) resubmitStored(ctx context.Context) {
 	if a.rec == nil {
 		return
 	}
-	stored, err := a.as.ListAnchorEvents(ctx)
+	hashes, err := a.as.AnchorEventHashes(ctx)
 	if err != nil {
 		a.log.Warn("anchor: reading anchor_events to submit new ones failed", "err", err)
 		return
+	}
+	a.mu.Lock()
+	var fresh [][32]byte
+	for _, h := range hashes {
+		if !a.submitted[h] {
+			fresh = append(fresh, h)
+		}
+	}
+	a.mu.Unlock()
+	if len(fresh) == 0 {
+		return
+	}
+	rows, err := a.as.AnchorEventsByHash(ctx, fresh)
+	if err != nil {
+		a.log.Warn("anchor: reading anchor_events to submit new ones failed", "err", err)
+		return
+	}
+	stored := make([]store.AnchorEvent, 0, len(rows))
+	for _, h := range fresh {
+		if ev, ok := rows[h]; ok {
+			stored = append(stored, ev)
+		}
 	}
 	if err := a.submitStored(ctx, stored, true); err != nil {
 		a.log.Warn("anchor: submitting stored key-history events failed; retrying at the next check", "err", err)

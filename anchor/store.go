@@ -25,13 +25,17 @@ type anchoredStore struct {
 	a *Anchor
 }
 
-// AnchorEventsByHash and ListAnchorEvents pass through.
+// AnchorEventsByHash, ListAnchorEvents and AnchorEventHashes pass through.
 func (s *anchoredStore) AnchorEventsByHash(ctx context.Context, hashes [][32]byte) (map[[32]byte]store.AnchorEvent, error) {
 	return s.a.as.AnchorEventsByHash(ctx, hashes)
 }
 
 func (s *anchoredStore) ListAnchorEvents(ctx context.Context) ([]store.AnchorEvent, error) {
 	return s.a.as.ListAnchorEvents(ctx)
+}
+
+func (s *anchoredStore) AnchorEventHashes(ctx context.Context) ([][32]byte, error) {
+	return s.a.as.AnchorEventHashes(ctx)
 }
 
 // InTx implements store.Store.

@@ -27,6 +27,10 @@ type AnchorStore interface {
 	AnchorEventsByHash(ctx context.Context, hashes [][32]byte) (map[[32]byte]AnchorEvent, error)
 	// ListAnchorEvents returns every stored event, oldest first.
 	ListAnchorEvents(ctx context.Context) ([]AnchorEvent, error)
+	// AnchorEventHashes returns the hash of every stored event, in
+	// ListAnchorEvents' order: 32 bytes a row, for a periodic check of
+	// which events are new without reading every JWS again.
+	AnchorEventHashes(ctx context.Context) ([][32]byte, error)
 }
 
 // AnchorWriter is the write side, inside a transaction (Tx values of both
@@ -71,14 +75,35 @@ func (o ops) AnchorEventsByHash(ctx context.Context, hashes [][32]byte) (map[[32
 	return out, nil
 }
 
+// anchorOrder is the order of ListAnchorEvents and AnchorEventHashes.
+const anchorOrder = ` ORDER BY created_at, kind, subject`
+
 // ListAnchorEvents implements AnchorStore.
 func (o ops) ListAnchorEvents(ctx context.Context) ([]AnchorEvent, error) {
 	var out []AnchorEvent
-	err := o.query(ctx, "list anchor events", `SELECT `+anchorCols+` FROM anchor_events ORDER BY created_at, kind, subject`,
+	err := o.query(ctx, "list anchor events", `SELECT `+anchorCols+` FROM anchor_events`+anchorOrder,
 		nil, func(scan func(...any) error) error {
 			ev, err := scanAnchor(scan)
 			out = append(out, ev)
 			return err
+		})
+	return out, err
+}
+
+// AnchorEventHashes implements AnchorStore.
+func (o ops) AnchorEventHashes(ctx context.Context) ([][32]byte, error) {
+	var out [][32]byte
+	err := o.query(ctx, "list anchor event hashes", `SELECT artifact_hash FROM anchor_events`+anchorOrder,
+		nil, func(scan func(...any) error) error {
+			var h []byte
+			if err := scan(&h); err != nil {
+				return err
+			}
+			if len(h) != 32 {
+				return fmt.Errorf("store: anchor event: artifact_hash is %d bytes", len(h))
+			}
+			out = append(out, [32]byte(h))
+			return nil
 		})
 	return out, err
 }

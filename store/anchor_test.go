@@ -50,4 +50,11 @@ func testAnchorEvents(t *testing.T, s Store) {
 	if len(all) != 2 || all[0] != a || all[1] != b {
 		t.Fatalf("list: %+v", all)
 	}
+	hashes, err := as.AnchorEventHashes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hashes) != 2 || hashes[0] != a.Hash || hashes[1] != b.Hash {
+		t.Fatalf("hashes: %x, want %x then %x", hashes, a.Hash, b.Hash)
+	}
 }
