@@ -161,7 +161,7 @@ if [[ -n ${PAIRS:-} ]]; then
       floor-jwks) echo "floor-net/http $jpid $jport jwks.lua 0" ;;
       b:*)
         [[ -n $kbpid ]] || { echo "run.sh: PAIRS: $1 needs KEYSVC_B (a second keysvc binary)" >&2; return 1; }
-        local r; r=$(pair_route "${1#b:}") || return 1
+        local r script per; r=$(pair_route "${1#b:}") || return 1
         [[ $r == keysvc\ * ]] || { echo "run.sh: PAIRS: $1: only keysvc routes have a b: twin" >&2; return 1; }
         read -r _ _ _ script per <<<"$r"
         echo "keysvc-b $kbpid $kbport $script $per" ;;
