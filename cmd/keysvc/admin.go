@@ -718,7 +718,7 @@ func newAuditCmd() *cobra.Command {
 				head = rows[len(rows)-1].Hash
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "audit chain intact: %d rows, head %s\n", len(rows), head)
-			return anchored.verifyAnchored(cmd.Context(), cmd.OutOrStdout(), st, rows)
+			return anchored.verifyAnchored(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), st, rows)
 		}),
 	}
 	verifyFlags.register(verifyCmd)

@@ -102,7 +102,7 @@ func newAnchorCmd() *cobra.Command {
 		Short: "Check key history (keys and versions) against the transparency log as a fresh replica would; exit 1 naming what the log does not back",
 		Args:  cobra.NoArgs,
 		RunE: checkStore.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
-			a, err := checkAnchor.anchor(st)
+			a, err := checkAnchor.anchor(st, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -140,20 +140,26 @@ func newAnchorCmd() *cobra.Command {
 	return cmd
 }
 
-// auditAnchorFlags are audit verify's flags for checking the chain against
-// the transparency log.
+// auditAnchorFlags are the flags of audit verify and anchor check for
+// checking key history against the transparency log.
 type auditAnchorFlags struct {
 	keyFile string
 	urls    []string
+	logKeys string
 }
 
 func (f *auditAnchorFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.keyFile, "anchor-key-file", "", "the node's event key: also check every row against the heads anchored in the transparency log (--tlog-url)")
 	cmd.Flags().StringSliceVar(&f.urls, "tlog-url", nil, "transparency log(s) the node anchors key history in (repeatable)")
+	cmd.Flags().StringVar(&f.logKeys, "tlog-log-keys", os.Getenv("KEYSVC_TLOG_LOG_KEYS"), "JWK Set file of the logs' keys (env KEYSVC_TLOG_LOG_KEYS): the logs' tree heads must verify with one of them; default: each log's own jwks.json, which then vouches for itself")
 }
 
-// anchor makes a check-only Anchor over st and the logs.
-func (f *auditAnchorFlags) anchor(st store.Store) (*anchor.Anchor, error) {
+// anchor makes a check-only Anchor over st and the logs, whose tree heads
+// must verify with the --tlog-log-keys keys when given. Without them each
+// log's own jwks.json is trusted, and a warning on stderr names every log
+// reached over plain HTTP to a host that is not loopback: whoever is on
+// that path could then answer for the log, keys and all.
+func (f *auditAnchorFlags) anchor(st store.Store, stderr io.Writer) (*anchor.Anchor, error) {
 	if f.keyFile == "" || len(f.urls) == 0 {
 		return nil, errors.New("--anchor-key-file and --tlog-url are required")
 	}
@@ -161,26 +167,27 @@ func (f *auditAnchorFlags) anchor(st store.Store) (*anchor.Anchor, error) {
 	if err != nil {
 		return nil, err
 	}
-	var logs []tlogclient.Log
-	for _, u := range f.urls {
-		l, err := tlogclient.NewHTTPLog(u)
-		if err != nil {
-			return nil, err
-		}
-		logs = append(logs, l)
+	hl, keys, err := httpLogs(f.urls, f.logKeys, "")
+	if err != nil {
+		return nil, err
 	}
-	return anchor.New(anchor.Config{Key: key, Logs: logs, Store: st})
+	if keys == nil {
+		for _, u := range unpinnedPlainHTTP(f.urls) {
+			fmt.Fprintf(stderr, "keysvc: warning: %s: the log's keys are not pinned and it is reached over plain HTTP, so whoever is on the path can answer for it; pin them with --tlog-log-keys\n", u)
+		}
+	}
+	return anchor.New(anchor.Config{Key: key, Logs: asLogs(hl), LogKeys: keys, Store: st})
 }
 
 // verifyAnchored checks rows (an intact chain) against the log: every row
 // whose seq the log anchors must have the anchored hash, and the log must
 // anchor no row after the last. It prints the first divergence and returns
 // exitError{1}, or a summary.
-func (f *auditAnchorFlags) verifyAnchored(ctx context.Context, w io.Writer, st store.Store, rows []store.AuditEvent) error {
+func (f *auditAnchorFlags) verifyAnchored(ctx context.Context, w, stderr io.Writer, st store.Store, rows []store.AuditEvent) error {
 	if f.keyFile == "" {
 		return nil
 	}
-	a, err := f.anchor(st)
+	a, err := f.anchor(st, stderr)
 	if err != nil {
 		return err
 	}

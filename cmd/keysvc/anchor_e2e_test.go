@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -193,7 +195,6 @@ func anchorAttacks(t *testing.T, pgURL string) {
 		!strings.Contains(out, "key history backed by the transparency log: 1 keys, 2 versions") {
 		t.Fatalf("anchor check before any attack: %d %s%s", code, out, errOut)
 	}
-
 	t.Run("swapped public key", func(t *testing.T) {
 		orig := db.version(t, v1)
 		db.exec(t, `UPDATE key_versions SET public_jwk = ? WHERE kid = ?`, string(forgedJWK(v1)), v1)
@@ -372,6 +373,47 @@ func anchorAttacks(t *testing.T, pgURL string) {
 	if out, code := auditVerify(); code != 0 || !strings.Contains(out, fmt.Sprintf("%d of %d rows anchored", len(rows), len(rows))) {
 		t.Fatalf("audit verify before tampering: %d %s", code, out)
 	}
+
+	t.Run("pinned log keys", func(t *testing.T) {
+		// The database writer deletes anchor_events, so that every fact
+		// and audit row must be found in the log, its proofs verified
+		// under --tlog-log-keys: the log's own keys back all of it; a key
+		// set with the log's kid and another public key backs none of it,
+		// for anchor check and audit verify alike.
+		_, logJWKS := httpGet(t, logSrv.URL+tlogclient.PathPrefix+"jwks.json")
+		var logKeys struct {
+			Keys []struct {
+				KID string `json:"kid"`
+			} `json:"keys"`
+		}
+		if err := json.Unmarshal([]byte(logJWKS), &logKeys); err != nil || len(logKeys.Keys) == 0 {
+			t.Fatalf("log jwks.json: %v %s", err, logJWKS)
+		}
+		pinned, wrong := filepath.Join(e.dir, "log-keys.json"), filepath.Join(e.dir, "wrong-log-keys.json")
+		if err := os.WriteFile(pinned, []byte(logJWKS), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(wrong, []byte(`{"keys":[`+string(forgedJWK(logKeys.Keys[0].KID))+`]}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		db.exec(t, `DELETE FROM anchor_events`)
+		check := func(keys string) (string, int, string, int) {
+			t.Helper()
+			checkOut, checkErr, checkCode := runCLI(t, e.env, "anchor", "check", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", logSrv.URL, "--tlog-log-keys", keys)
+			auditOut, auditErr, auditCode := runCLI(t, e.env, "audit", "verify", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", logSrv.URL, "--tlog-log-keys", keys)
+			return checkOut + checkErr, checkCode, auditOut + auditErr, auditCode
+		}
+		checkOut, checkCode, auditOut, auditCode := check(pinned)
+		if checkCode != 0 || !strings.Contains(checkOut, "key history backed by the transparency log: 1 keys, ") ||
+			auditCode != 0 || !strings.Contains(auditOut, fmt.Sprintf("%d of %d rows anchored", len(rows), len(rows))) {
+			t.Fatalf("with the log's keys pinned: anchor check %d %s; audit verify %d %s", checkCode, checkOut, auditCode, auditOut)
+		}
+		checkOut, checkCode, auditOut, auditCode = check(wrong)
+		if checkCode != 1 || !strings.Contains(checkOut, "NOT BACKED: ") || strings.Contains(checkOut, "key history backed") ||
+			auditCode == 0 || strings.Contains(auditOut, "rows anchored") {
+			t.Fatalf("with other log keys pinned: anchor check %d %s; audit verify %d %s", checkCode, checkOut, auditCode, auditOut)
+		}
+	})
 	if db.pg {
 		db.exec(t, `ALTER TABLE audit_events DISABLE TRIGGER USER`)
 	} else {
