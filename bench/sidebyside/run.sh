@@ -10,6 +10,8 @@
 #   DURATION=10s CONNS="1 4 16 64" ROUNDS=3 bench/sidebyside/run.sh
 #   BAO=/usr/local/bin/bao bench/sidebyside/run.sh
 #   TLOG=1 bench/sidebyside/run.sh                # keysvc with its embedded transparency log
+#   JWKS_VERSIONS=20 bench/sidebyside/run.sh      # the dev key rotated first, so that its JWKS
+#       # holds 20 keys (~6.5 KiB), as after years of rotations (VRP K2)
 #   SMOKE=1 bench/sidebyside/run.sh               # 1 s, one connection, one round
 #   PAIRS="jwks jwks304" ROUNDS=10 DURATION=2s CONNS="16 64" bench/sidebyside/run.sh
 #       # two keysvc routes only, A then B in each round: mean rate and CPU
@@ -73,9 +75,22 @@ tlog=false; [[ -n ${TLOG:-} ]] && tlog=true
 "$keysvc" serve --dev --data-dir "$work/keysvc-data" --listen "127.0.0.1:$kport" \
   --rate-limit 0 --public-rate-limit 0 --tlog-embedded="$tlog" >"$work/keysvc.log" 2>&1 &
 kpid=$!; pids+=("$kpid")
+# JWKS_VERSIONS=N: the dev key is rotated N-1 times (keys rotate --now)
+# before anything is measured, so that its JWKS publishes N keys, the
+# retired ones with their windows (VRP K2), as a key's JWKS does after
+# years of rotations; the floor then serves those same bytes.
+rotate_dev() { # data-dir port
+  local i
+  for ((i = 1; i < ${JWKS_VERSIONS:-1}; i++)); do
+    "$keysvc" keys rotate dev --now --yes --reason "bench/sidebyside JWKS_VERSIONS" \
+      --data-dir "$1" --server "http://127.0.0.1:$2" >/dev/null
+  done
+}
 wait_http "http://127.0.0.1:$kport/healthz"
+rotate_dev "$work/keysvc-data" "$kport"
 export SBS_TOKEN; SBS_TOKEN=$(cat "$work/keysvc-data/dev-token")
 curl -fs -o "$data/jwks.json" "http://127.0.0.1:$kport/v1/keys/dev/jwks.json"
+echo "# JWKS: $(grep -c "\"kid\"" "$data/jwks.json") key(s), $(wc -c <"$data/jwks.json") bytes"
 # The JWS signing input keysvc signs for the payload (header.payload, RFC
 # 7515 §5.1): raw ed25519.Sign is measured over it around every keysvc batch run.
 jws=$(curl -fs -H "Authorization: Bearer $SBS_TOKEN" -H 'Content-Type: application/json' \
@@ -91,6 +106,7 @@ if [[ -n ${KEYSVC_B:-} ]]; then
     --rate-limit 0 --public-rate-limit 0 --tlog-embedded="$tlog" >"$work/keysvc-b.log" 2>&1 &
   kbpid=$!; pids+=("$kbpid")
   wait_http "http://127.0.0.1:$kbport/healthz"
+  rotate_dev "$work/keysvc-b-data" "$kbport"
   btoken=$(cat "$work/keysvc-b-data/dev-token")
   betag=$(curl -fsI "http://127.0.0.1:$kbport/v1/keys/dev/jwks.json" | tr -d '\r' | awk -F': ' 'tolower($1)=="etag"{print $2}')
 fi
