@@ -65,8 +65,18 @@ func (f *anchorFlags) start(ctx context.Context, st store.Store, tl *tlogRuntime
 		return nil, err
 	}
 	log.Info("key history anchored in the transparency log", "event_key", key.KID(), "logs", tl.client.LogURLs())
+	for _, u := range plainHTTPRemote(tl.client.LogURLs()) {
+		log.Warn("key-history anchoring: "+absenceOverPlainHTTP, "log", u)
+	}
 	return a, nil
 }
+
+// absenceOverPlainHTTP is the warning for a log that key-history
+// anchoring reaches over plain HTTP: that a later state of a version
+// (revoked, a next version, a next settings revision) is not in the log
+// rests on the log's "not found", which nothing signs (a Merkle log
+// proves inclusion, not absence; ADR 0016).
+const absenceOverPlainHTTP = `the log is reached over plain HTTP, and that a marker of a later state (revoked, a next version, a next settings revision) is not in the log rests on its "not found" answers, which nothing signs: whoever is on the path could hide one, so a rollback in the database (an un-revoke) would go unseen by a replica that starts; reach the log over https`
 
 func init() { extraCommands = append(extraCommands, newAnchorCmd) }
 
@@ -156,9 +166,10 @@ func (f *auditAnchorFlags) register(cmd *cobra.Command) {
 
 // anchor makes a check-only Anchor over st and the logs, whose tree heads
 // must verify with the --tlog-log-keys keys when given. Without them each
-// log's own jwks.json is trusted, and a warning on stderr names every log
+// log's own jwks.json is trusted. A warning on stderr names every log
 // reached over plain HTTP to a host that is not loopback: whoever is on
-// that path could then answer for the log, keys and all.
+// that path could answer for the log, keys and all, or with pinned keys
+// still answer "not found" (absenceOverPlainHTTP).
 func (f *auditAnchorFlags) anchor(st store.Store, stderr io.Writer) (*anchor.Anchor, error) {
 	if f.keyFile == "" || len(f.urls) == 0 {
 		return nil, errors.New("--anchor-key-file and --tlog-url are required")
@@ -171,9 +182,11 @@ func (f *auditAnchorFlags) anchor(st store.Store, stderr io.Writer) (*anchor.Anc
 	if err != nil {
 		return nil, err
 	}
-	if keys == nil {
-		for _, u := range unpinnedPlainHTTP(f.urls) {
+	for _, u := range plainHTTPRemote(f.urls) {
+		if keys == nil {
 			fmt.Fprintf(stderr, "keysvc: warning: %s: the log's keys are not pinned and it is reached over plain HTTP, so whoever is on the path can answer for it; pin them with --tlog-log-keys\n", u)
+		} else {
+			fmt.Fprintf(stderr, "keysvc: warning: %s: %s\n", u, absenceOverPlainHTTP)
 		}
 	}
 	return anchor.New(anchor.Config{Key: key, Logs: asLogs(hl), LogKeys: keys, Store: st})

@@ -134,7 +134,7 @@ func (f *tlogFlags) start(ctx context.Context, st store.Store, log *slog.Logger,
 		return nil, err
 	}
 	if f.logKeys == "" {
-		for _, u := range unpinnedPlainHTTP(f.urls) {
+		for _, u := range plainHTTPRemote(f.urls) {
 			log.Warn("transparency log: the log's keys are not pinned and it is reached over plain HTTP, so whoever is on the path can sign its promises; pin them with --tlog-log-keys", "log", u)
 		}
 	}
@@ -305,13 +305,15 @@ func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (
 	return p, nil
 }
 
-// unpinnedPlainHTTP returns the log URLs of urls that a node without
-// --tlog-log-keys would trust on their own word with no protection on
-// the path: plain http:// to a host that is not loopback. Their
+// plainHTTPRemote returns the log URLs of urls reached with no
+// protection on the path: plain http:// to a host that is not loopback.
+// Without --tlog-log-keys a node trusts such a log on its own word (its
 // Signed Entry Promises are checked against the jwks.json the same URL
-// serves. Over https the keys are as trustworthy as the log's TLS
-// certificate, and on loopback there is no path to sit on.
-func unpinnedPlainHTTP(urls []string) []string {
+// serves); with them, its unsigned "not found" answers still decide
+// what key-history anchoring takes as absent. Over https the log is as
+// trustworthy as its TLS certificate, and on loopback there is no path
+// to sit on.
+func plainHTTPRemote(urls []string) []string {
 	var out []string
 	for _, raw := range urls {
 		u, err := url.Parse(raw)

@@ -76,11 +76,11 @@ func TestTlogDrain(t *testing.T) {
 	tlogtest.Fsck(t, logDir, logSrv.VKey)
 }
 
-// TestUnpinnedPlainHTTP: serve warns about the log URLs whose keys a node
+// TestPlainHTTPRemote: serve warns about the log URLs whose keys a node
 // without --tlog-log-keys would take from the URL itself with nothing
 // protecting the path — plain HTTP to a host that is not loopback.
-func TestUnpinnedPlainHTTP(t *testing.T) {
-	got := unpinnedPlainHTTP([]string{
+func TestPlainHTTPRemote(t *testing.T) {
+	got := plainHTTPRemote([]string{
 		"http://log.example.com",   // warned
 		"https://log.example.com",  // TLS: the certificate vouches for the keys
 		"http://127.0.0.1:8081",    // loopback
@@ -91,6 +91,6 @@ func TestUnpinnedPlainHTTP(t *testing.T) {
 	})
 	want := []string{"http://log.example.com", "http://10.0.0.7:8081/vrp"}
 	if !slices.Equal(got, want) {
-		t.Fatalf("unpinnedPlainHTTP = %q, want %q", got, want)
+		t.Fatalf("plainHTTPRemote = %q, want %q", got, want)
 	}
 }
