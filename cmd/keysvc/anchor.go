@@ -61,13 +61,13 @@ func (f *anchorFlags) start(ctx context.Context, st store.Store, tl *tlogRuntime
 	if err != nil {
 		return nil, err
 	}
+	for _, u := range plainHTTPRemote(tl.client.LogURLs()) {
+		log.Warn("key-history anchoring: "+absenceOverPlainHTTP, "log", u)
+	}
 	if err := a.Start(ctx); err != nil {
 		return nil, err
 	}
 	log.Info("key history anchored in the transparency log", "event_key", key.KID(), "logs", tl.client.LogURLs())
-	for _, u := range plainHTTPRemote(tl.client.LogURLs()) {
-		log.Warn("key-history anchoring: "+absenceOverPlainHTTP, "log", u)
-	}
 	return a, nil
 }
 
