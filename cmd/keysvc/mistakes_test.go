@@ -91,6 +91,8 @@ func TestCLIMistakes(t *testing.T) {
 		{"rotate --now without --reason", nil, []string{"keys", "rotate", "dev", "--now"}, 2, []string{"needs --reason TEXT", "emergency rotation"}},
 		{"rotate --now without --yes", nil, []string{"keys", "rotate", "dev", "--now", "--reason", "INC-1"}, 2, []string{"add --yes"}},
 		{"activate --emergency without --reason", nil, []string{"keys", "activate", "k", "--emergency"}, 2, []string{"--emergency needs --reason"}},
+		{"audit verify --tlog-url without the event key", nil, []string{"audit", "verify", "--data-dir", missing, "--tlog-url", "https://log.example.com"}, 2, []string{"only with --anchor-key-file"}},
+		{"audit verify --tlog-log-keys without the event key", nil, []string{"audit", "verify", "--data-dir", missing, "--tlog-log-keys", "keys.json"}, 2, []string{"only with --anchor-key-file"}},
 
 		// Key history that is not there: nothing is created.
 		{"audit verify on a missing data dir", nil, []string{"audit", "verify", "--data-dir", missing}, 1, []string{"no key history at " + missing, "--data-dir"}},

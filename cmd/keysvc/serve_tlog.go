@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -344,8 +345,7 @@ func httpLogs(urls []string, logKeysFile, tokenFile string) ([]*tlogclient.HTTPL
 		if err != nil {
 			return nil, nil, fmt.Errorf("--tlog-log-keys: %w", err)
 		}
-		keys, err = verifier.ParseJWKS(b)
-		if err != nil {
+		if keys, err = parseLogKeys(b); err != nil {
 			return nil, nil, fmt.Errorf("--tlog-log-keys %s: %w", logKeysFile, err)
 		}
 		opts = append(opts, tlogclient.WithLogKeys(keys))
@@ -367,6 +367,34 @@ func httpLogs(urls []string, logKeysFile, tokenFile string) ([]*tlogclient.HTTPL
 		out = append(out, l)
 	}
 	return out, keys, nil
+}
+
+// parseLogKeys parses a --tlog-log-keys file, a JWK Set (RFC 7517 §5) of
+// the logs' public keys. It refuses a set with no key the verifier can
+// use (a pin that nothing could match would fail every check with a
+// misleading "no matching key") and any key with private material ("d",
+// RFC 8037 §2): a pin is public, and a log's signing key has no business
+// in a node's configuration.
+func parseLogKeys(b []byte) (*verifier.JWKS, error) {
+	keys, err := verifier.ParseJWKS(b)
+	if err != nil {
+		return nil, err
+	}
+	var set struct {
+		Keys []map[string]json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(b, &set); err != nil {
+		return nil, err
+	}
+	for i, k := range set.Keys {
+		if _, private := k["d"]; private {
+			return nil, fmt.Errorf("key %d holds private key material (\"d\"): give the logs' public keys only", i)
+		}
+	}
+	if len(keys.Keys) == 0 {
+		return nil, fmt.Errorf("no usable key (%d in the set: %w)", len(set.Keys), errors.Join(keys.Skipped...))
+	}
+	return keys, nil
 }
 
 // warnLeftSpool warns when a replica on the outbox has a spool that still

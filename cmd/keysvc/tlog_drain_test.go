@@ -94,3 +94,26 @@ func TestPlainHTTPRemote(t *testing.T) {
 		t.Fatalf("plainHTTPRemote = %q, want %q", got, want)
 	}
 }
+
+// TestParseLogKeys: a --tlog-log-keys file must hold at least one key
+// the verifier can use, and no private key material.
+func TestParseLogKeys(t *testing.T) {
+	const pub = `{"kty":"OKP","crv":"Ed25519","kid":"log-1","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}`
+	const rsa = `{"kty":"RSA","kid":"rsa-1","n":"AQAB","e":"AQAB"}`
+	for _, c := range []struct{ name, set, wantErr string }{
+		{"one public key", `{"keys":[` + pub + `]}`, ""},
+		{"a public key beside an unusable one", `{"keys":[` + rsa + `,` + pub + `]}`, ""},
+		{"empty", `{"keys":[]}`, "no usable key (0 in the set"},
+		{"unusable keys only", `{"keys":[` + rsa + `]}`, "no usable key (1 in the set: key 0: "},
+		{"private key", `{"keys":[` + pub[:len(pub)-1] + `,"d":"nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A"}]}`, `key 0 holds private key material ("d")`},
+		{"not a JWK Set", `[]`, "verifier: JWKS"},
+	} {
+		keys, err := parseLogKeys([]byte(c.set))
+		switch {
+		case c.wantErr == "" && (err != nil || len(keys.Keys) != 1 || keys.Keys[0].KeyID != "log-1"):
+			t.Errorf("%s: %v %+v", c.name, err, keys)
+		case c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)):
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.wantErr)
+		}
+	}
+}
