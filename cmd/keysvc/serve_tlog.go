@@ -392,6 +392,9 @@ func parseLogKeys(b []byte) (*verifier.JWKS, error) {
 		}
 	}
 	if len(keys.Keys) == 0 {
+		if len(keys.Skipped) == 0 {
+			return nil, errors.New("no usable key (the set is empty)")
+		}
 		return nil, fmt.Errorf("no usable key (%d in the set: %w)", len(set.Keys), errors.Join(keys.Skipped...))
 	}
 	return keys, nil

@@ -103,7 +103,7 @@ func TestParseLogKeys(t *testing.T) {
 	for _, c := range []struct{ name, set, wantErr string }{
 		{"one public key", `{"keys":[` + pub + `]}`, ""},
 		{"a public key beside an unusable one", `{"keys":[` + rsa + `,` + pub + `]}`, ""},
-		{"empty", `{"keys":[]}`, "no usable key (0 in the set"},
+		{"empty", `{"keys":[]}`, "no usable key (the set is empty)"},
 		{"unusable keys only", `{"keys":[` + rsa + `]}`, "no usable key (1 in the set: key 0: "},
 		{"private key", `{"keys":[` + pub[:len(pub)-1] + `,"d":"nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A"}]}`, `key 0 holds private key material ("d")`},
 		{"not a JWK Set", `[]`, "verifier: JWKS"},
