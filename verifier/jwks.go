@@ -25,6 +25,12 @@ const (
 // ErrUnsupportedKey reports a JWK this package cannot use for verification.
 var ErrUnsupportedKey = errors.New("unsupported JWK")
 
+// ErrPrivateKeyMaterial reports a JWK carrying a private member ("d",
+// RFC 7518 §6.2.2.1 and RFC 8037 §2). A document holding one is a leaked
+// private key, under which anyone could sign: it is refused, never used
+// for verification.
+var ErrPrivateKeyMaterial = errors.New(`JWK holds private key material ("d"): a verifier takes public keys only`)
+
 // JWK is one public key of a JWK Set (RFC 7517 §4) that this package can
 // verify with: kty OKP / crv Ed25519 (RFC 8037 §2) or kty EC / crv P-256
 // (RFC 7518 §6.2).
@@ -147,12 +153,16 @@ func shallowObject(data []byte) (map[string]json.RawMessage, error) {
 // ParseJWK parses one public JWK: kty OKP with crv Ed25519 and a 32-byte x
 // (RFC 8037 §2), or kty EC with crv P-256 and 32-byte x and y on the curve
 // (RFC 7518 §6.2.1). kid, alg and use must be strings and key_ops an array
-// of strings when present. Private members (d) are ignored. Any other key
-// type or curve returns an error wrapping ErrUnsupportedKey.
+// of strings when present. A key with a private member (d) returns
+// ErrPrivateKeyMaterial. Any other key type or curve returns an error
+// wrapping ErrUnsupportedKey.
 func ParseJWK(data []byte) (*JWK, error) {
 	m, err := decodeStrictObject(data)
 	if err != nil {
 		return nil, err
+	}
+	if _, private := m["d"]; private {
+		return nil, ErrPrivateKeyMaterial
 	}
 	str := func(name string) (string, error) {
 		v, ok := m[name]

@@ -410,13 +410,14 @@ func TestParseJWKS(t *testing.T) {
 		map[string]any{"kty": "OKP", "crv": "Ed25519", "kid": 5, "x": b64u(make([]byte, 32))},
 		offCurve,
 		"not a key",
+		map[string]any{"kty": "OKP", "crv": "Ed25519", "kid": "leaked", "x": k.jwk["x"], "d": b64u(make([]byte, 32))},
 		ec.jwk,
 	}})
 	set, err := ParseJWKS(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(set.Keys) != 2 || set.Keys[0].KeyID != "k1" || set.Keys[1].KeyID != "ec1" || len(set.Skipped) != 7 {
+	if len(set.Keys) != 2 || set.Keys[0].KeyID != "k1" || set.Keys[1].KeyID != "ec1" || len(set.Skipped) != 8 {
 		t.Fatalf("keys %d, skipped %v", len(set.Keys), set.Skipped)
 	}
 	var raw map[string]any
@@ -425,6 +426,9 @@ func TestParseJWKS(t *testing.T) {
 	}
 	if !errors.Is(set.Skipped[0], ErrUnsupportedKey) {
 		t.Errorf("RSA skip error = %v, want ErrUnsupportedKey", set.Skipped[0])
+	}
+	if !errors.Is(set.Skipped[7], ErrPrivateKeyMaterial) || set.Skipped[7].Error() != `key 8: JWK holds private key material ("d"): a verifier takes public keys only` {
+		t.Errorf("private key skip error = %v, want ErrPrivateKeyMaterial", set.Skipped[7])
 	}
 	for _, bad := range []string{``, `[]`, `{}`, `{"keys":{}}`, `{"keys":[],"keys":[]}`, `{"keys":[]} x`, `{"keys":[` + strings.Repeat(" ", MaxJWKSBytes) + `]}`} {
 		if _, err := ParseJWKS([]byte(bad)); err == nil {

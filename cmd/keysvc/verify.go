@@ -69,7 +69,10 @@ transparency-log proof (tlog) whose Signed Tree Head, signed by a key in
 --log-keys, predates vrp_compromised_at (else tlog_required or key_revoked).
 
 --log-keys is a JWK Set of the transparency-log keys you trust (Ed25519),
-never the node's own keys; it needs --history. When the proof carries the
+never the node's own keys; it needs --history. Public keys only: a set
+with a private member ("d") or with no usable key is refused (exit 1), as
+serve's --tlog-log-keys is. In --jwks and --history, a key with "d" is
+skipped with a warning and never verifies anything. When the proof carries the
 log's C2SP checkpoint (keysvc receipt prove inserts it), the checkpoint must
 be signed by the same key under the log_id and describe the STH's tree.
 
@@ -162,8 +165,15 @@ verified; 1 receipt invalid, or a usage or I/O error.`,
 				}
 				opts.History = h
 				if logKeysArg != "" {
-					if opts.LogKeys, err = loadJWKS(cmd.Context(), "--log-keys", logKeysArg); err != nil {
+					body, err := loadDocument(cmd.Context(), "--log-keys", logKeysArg)
+					if err != nil {
 						return err
+					}
+					// The same rules as serve's and anchor check's
+					// --tlog-log-keys: no usable key, or one with "d", is
+					// refused outright rather than failing every proof.
+					if opts.LogKeys, err = parseLogKeys(body); err != nil {
+						return fmt.Errorf("--log-keys %s: %w", displayArg(logKeysArg), err)
 					}
 					for _, e := range opts.LogKeys.Skipped {
 						warn("--log-keys %s: skipped %v", displayArg(logKeysArg), e)
@@ -295,19 +305,6 @@ func readReceipt(name string, stdin io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("read receipt %s: %w", name, err)
 	}
 	return b, nil
-}
-
-// loadJWKS reads and parses a JWK Set flag (--jwks, --log-keys).
-func loadJWKS(ctx context.Context, flag, arg string) (*verifier.JWKS, error) {
-	body, err := loadDocument(ctx, flag, arg)
-	if err != nil {
-		return nil, err
-	}
-	set, err := verifier.ParseJWKS(body)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", flag, displayArg(arg), err)
-	}
-	return set, nil
 }
 
 // displayArg is a --jwks/--history/--log-keys value for messages: a URL

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -375,27 +376,36 @@ func TestVerifyLifecycleCommand(t *testing.T) {
 
 	t.Run("usage and I/O errors exit 1", func(t *testing.T) {
 		path, freshAt := receipt("usage.json", active.signJWS(`{}`), "2026-06-24T11:00:00Z", nil)
+		leaked := maps.Clone(logJWK)
+		leaked["d"] = lcB64(logKey.priv.Seed())
+		privateLogKeys := write("private-log-keys.json", map[string]any{"keys": []any{leaked}})
+		emptyLogKeys := write("empty-log-keys.json", map[string]any{"keys": []any{}})
 		for _, c := range []struct {
 			name string
 			args []string
+			want string // in stderr, when set
 		}{
-			{"neither --jwks nor --history", []string{"verify", path}},
-			{"both --jwks and --history", []string{"verify", path, "--jwks", plain, "--history", history}},
-			{"--log-keys with --jwks", []string{"verify", path, "--jwks", plain, "--log-keys", logKeys}},
-			{"--log-keys alone", []string{"verify", path, "--log-keys", logKeys}},
-			{"both --at and --now", []string{"verify", path, "--history", history, "--at", freshAt, "--now", freshAt}},
-			{"bad --at", []string{"verify", path, "--history", history, "--at", "2026-06-24"}},
-			{"bad --now", []string{"verify", path, "--history", history, "--now", "noon"}},
-			{"missing history file", []string{"verify", path, "--history", filepath.Join(dir, "nope.json")}},
-			{"history not a document", []string{"verify", path, "--history", path}},
-			{"missing log-keys file", []string{"verify", path, "--history", history, "--log-keys", filepath.Join(dir, "nope.json")}},
-			{"log-keys not a JWK Set", []string{"verify", path, "--history", history, "--log-keys", path}},
-			{"no receipt", []string{"verify", "--history", history}},
+			{"log-keys with private key material", []string{"verify", path, "--history", history, "--log-keys", privateLogKeys},
+				`--log-keys ` + privateLogKeys + `: key 0 holds private key material ("d"): give the logs' public keys only`},
+			{"log-keys with no key", []string{"verify", path, "--history", history, "--log-keys", emptyLogKeys},
+				`--log-keys ` + emptyLogKeys + `: no usable key (the set is empty)`},
+			{"neither --jwks nor --history", []string{"verify", path}, ""},
+			{"both --jwks and --history", []string{"verify", path, "--jwks", plain, "--history", history}, ""},
+			{"--log-keys with --jwks", []string{"verify", path, "--jwks", plain, "--log-keys", logKeys}, ""},
+			{"--log-keys alone", []string{"verify", path, "--log-keys", logKeys}, ""},
+			{"both --at and --now", []string{"verify", path, "--history", history, "--at", freshAt, "--now", freshAt}, ""},
+			{"bad --at", []string{"verify", path, "--history", history, "--at", "2026-06-24"}, ""},
+			{"bad --now", []string{"verify", path, "--history", history, "--now", "noon"}, ""},
+			{"missing history file", []string{"verify", path, "--history", filepath.Join(dir, "nope.json")}, ""},
+			{"history not a document", []string{"verify", path, "--history", path}, ""},
+			{"missing log-keys file", []string{"verify", path, "--history", history, "--log-keys", filepath.Join(dir, "nope.json")}, ""},
+			{"log-keys not a JWK Set", []string{"verify", path, "--history", history, "--log-keys", path}, ""},
+			{"no receipt", []string{"verify", "--history", history}, ""},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				stdout, stderr, code := runCLI(t, nil, c.args...)
-				if code != 1 || stdout != "" || stderr == "" {
-					t.Errorf("exit %d, stdout %q, stderr %q; want exit 1 with a message on stderr", code, stdout, stderr)
+				if code != 1 || stdout != "" || stderr == "" || !strings.Contains(stderr, c.want) {
+					t.Errorf("exit %d, stdout %q, stderr %q; want exit 1 with a message on stderr (%q)", code, stdout, stderr, c.want)
 				}
 			})
 		}
