@@ -48,6 +48,12 @@ type Config struct {
 	// lease (ADR 0014). What is not confirmed within it stays unbacked
 	// until a later reload.
 	CheckBudget time.Duration
+	// Scanned, when set, answers every look-up in the logs in place of
+	// their proof endpoint: whether a status event's hash is a leaf of a
+	// log read in full against a signed tree head (tlogaudit.Scan; keysvc
+	// anchor check --scan). A marker's absence is then proved as of that
+	// tree instead of resting on a log's unsigned "not found".
+	Scanned func(hash [32]byte) bool
 }
 
 // Anchor signs key-history events, submits them and checks key history
@@ -75,6 +81,7 @@ type Anchor struct {
 	downUntil map[string]time.Time
 	pinned    *verifier.JWKS
 	fetched   map[string]*verifier.JWKS // by log URL
+	scanned   func([32]byte) bool       // Config.Scanned
 	// submitted holds the anchor_events this process has recorded (or
 	// found recorded); resubmitStored records the others — rows an offline
 	// command (tokens create/revoke) stored when a log did not take them.
@@ -97,7 +104,7 @@ func New(cfg Config) (*Anchor, error) {
 	}
 	a := &Anchor{key: cfg.Key, logs: cfg.Logs, rec: cfg.Recorder, st: cfg.Store, as: as, log: cfg.Logger, probe: cfg.ProbeTimeout,
 		known: map[[32]byte]bool{}, absent: map[[32]byte]absentMarker{}, downUntil: map[string]time.Time{},
-		pinned: cfg.LogKeys, fetched: map[string]*verifier.JWKS{}, submitted: map[[32]byte]bool{}}
+		pinned: cfg.LogKeys, fetched: map[string]*verifier.JWKS{}, submitted: map[[32]byte]bool{}, scanned: cfg.Scanned}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -164,8 +171,12 @@ const logDownFor = 2 * time.Second
 // inclusion proof to a tree head signed by the log's key), false when
 // every log answered that it has not, ErrLogUnreachable when no log has it
 // and one could not answer or answered with a proof that does not verify.
+// With Config.Scanned, the scanned trees answer instead (no request).
 func (a *Anchor) logHas(ctx context.Context, ev Event) (bool, error) {
 	h := ev.Hash
+	if a.scanned != nil {
+		return a.scanned(h), nil
+	}
 	var errs []error
 	for _, l := range a.logs {
 		a.mu.Lock()

@@ -701,10 +701,10 @@ func newAuditCmd() *cobra.Command {
 		Short: "Check the audit hash chain (and, with --anchor-key-file and --tlog-url, against the heads anchored in the transparency log); exit 1 naming the first broken or divergent row",
 		Args:  cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			if anchored.keyFile == "" && (len(anchored.urls) > 0 || cmd.Flags().Changed("tlog-log-keys")) {
-				return usage(cmd, "--tlog-url and --tlog-log-keys check the chain against the transparency log only with --anchor-key-file (the node's event key)")
+			if anchored.keyFile == "" && (len(anchored.urls) > 0 || cmd.Flags().Changed("tlog-log-keys") || anchored.scan) {
+				return usage(cmd, "--tlog-url, --tlog-log-keys and --scan check the chain against the transparency log only with --anchor-key-file (the node's event key)")
 			}
-			return nil
+			return anchored.checkScan(cmd)
 		},
 		RunE: verifyFlags.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
 			rows, err := st.ListAudit(cmd.Context(), 0, 0)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/keysvc/keysvc/anchor"
 	"github.com/keysvc/keysvc/store"
+	"github.com/keysvc/keysvc/tlog/tlogaudit"
 	"github.com/keysvc/keysvc/tlogclient"
+	"github.com/keysvc/keysvc/verifier"
 )
 
 // anchorFlags configure key-history anchoring on serve (issue 12 item 5,
@@ -108,11 +111,26 @@ func newAnchorCmd() *cobra.Command {
 	checkStore := &storeFlags{}
 	checkAnchor := &auditAnchorFlags{}
 	check := &cobra.Command{
-		Use:   "check --anchor-key-file FILE --tlog-url URL",
+		Use:   "check --anchor-key-file FILE --tlog-url URL [--tlog-log-keys FILE [--scan]]",
 		Short: "Check key history (keys and versions) against the transparency log as a fresh replica would; exit 1 naming what the log does not back",
-		Args:  cobra.NoArgs,
+		Long: `Check key history (keys and versions) against the transparency log as a
+fresh replica would (ADR 0016), and exit 1 listing every key and version
+the log does not back.
+
+Each fact must be in anchor_events or the log; no marker of a later state
+(revoked, a next version, a next settings revision) may be in the log. By
+default each look-up asks the log (GET proof?hash=) and an absent marker
+is the log's "not found", which nothing signs. With --scan (and
+--tlog-log-keys), each log is first read in full against its newest
+Signed Tree Head (every C2SP tlog-tiles entry bundle, hashed to the
+signed root) and every look-up answered from it: a marker's absence is
+then proved for that tree, whose size and time are printed.`,
+		Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return checkAnchor.checkScan(cmd)
+		},
 		RunE: checkStore.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
-			a, err := checkAnchor.anchor(st, cmd.ErrOrStderr())
+			a, err := checkAnchor.anchor(cmd.Context(), st, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -156,12 +174,24 @@ type auditAnchorFlags struct {
 	keyFile string
 	urls    []string
 	logKeys string
+	scan    bool
 }
 
 func (f *auditAnchorFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.keyFile, "anchor-key-file", "", "the node's event key: also check every row against the heads anchored in the transparency log (--tlog-url)")
 	cmd.Flags().StringSliceVar(&f.urls, "tlog-url", nil, "transparency log(s) the node anchors key history in (repeatable)")
 	cmd.Flags().StringVar(&f.logKeys, "tlog-log-keys", os.Getenv("KEYSVC_TLOG_LOG_KEYS"), "JWK Set file of the logs' keys (env KEYSVC_TLOG_LOG_KEYS): the logs' tree heads must verify with one of them; default: each log's own jwks.json, which then vouches for itself")
+	cmd.Flags().BoolVar(&f.scan, "scan", false, "read every entry of each log against its newest signed tree head (C2SP tlog-tiles; needs --tlog-log-keys) and answer every look-up from it: that a marker of a later state is absent is then proved as of that tree, not taken from the log's unsigned \"not found\". Costs every entry's bytes: a monitor's check")
+}
+
+// checkScan refuses --scan without pinned log keys (a usage error, exit
+// 2): a tree the log signs with a key it serves itself proves nothing
+// about what it leaves out.
+func (f *auditAnchorFlags) checkScan(cmd *cobra.Command) error {
+	if f.scan && f.logKeys == "" {
+		return usage(cmd, "--scan needs --tlog-log-keys (or KEYSVC_TLOG_LOG_KEYS): a log read in full proves what it does not hold only under keys it does not serve itself")
+	}
+	return nil
 }
 
 // anchor makes a check-only Anchor over st and the logs, whose tree heads
@@ -170,7 +200,11 @@ func (f *auditAnchorFlags) register(cmd *cobra.Command) {
 // reached over plain HTTP to a host that is not loopback: whoever is on
 // that path could answer for the log, keys and all, or with pinned keys
 // still answer "not found" (absenceOverPlainHTTP).
-func (f *auditAnchorFlags) anchor(st store.Store, stderr io.Writer) (*anchor.Anchor, error) {
+//
+// With --scan, each log is first read in full (tlogaudit.Scan) and every
+// look-up answered from what was read; a line on w names each scanned
+// tree.
+func (f *auditAnchorFlags) anchor(ctx context.Context, st store.Store, w, stderr io.Writer) (*anchor.Anchor, error) {
 	if f.keyFile == "" || len(f.urls) == 0 {
 		return nil, errors.New("--anchor-key-file and --tlog-url are required")
 	}
@@ -183,13 +217,62 @@ func (f *auditAnchorFlags) anchor(st store.Store, stderr io.Writer) (*anchor.Anc
 		return nil, err
 	}
 	for _, u := range plainHTTPRemote(f.urls) {
-		if keys == nil {
+		switch {
+		case keys == nil:
 			fmt.Fprintf(stderr, "keysvc: warning: %s: the log's keys are not pinned and it is reached over plain HTTP, so whoever is on the path can answer for it; pin them with --tlog-log-keys\n", u)
-		} else {
+		case f.scan:
+			fmt.Fprintf(stderr, "keysvc: warning: %s: %s\n", u, staleTreeOverPlainHTTP)
+		default:
 			fmt.Fprintf(stderr, "keysvc: warning: %s: %s\n", u, absenceOverPlainHTTP)
 		}
 	}
-	return anchor.New(anchor.Config{Key: key, Logs: asLogs(hl), LogKeys: keys, Store: st})
+	cfg := anchor.Config{Key: key, Logs: asLogs(hl), LogKeys: keys, Store: st}
+	if f.scan {
+		if cfg.Scanned, err = scanLogs(ctx, f.urls, keys, w); err != nil {
+			return nil, err
+		}
+	}
+	return anchor.New(cfg)
+}
+
+// staleTreeOverPlainHTTP is the --scan warning for a log reached over
+// plain HTTP: the scan proves absence in the tree it read, and whoever is
+// on the path could serve an older tree the log did sign.
+const staleTreeOverPlainHTTP = `the log is reached over plain HTTP: whoever is on the path could serve an older tree the log did sign, and the scan proves absence only in the tree it read (its size and time are printed); reach the log over https`
+
+// scanLogs reads every log in full (tlogaudit.Scan) under the pinned keys
+// and returns whether a status event's hash is a leaf of any of them. It
+// prints one line per log: the tree read and how many status events it
+// holds. A log whose entries do not hash to its signed root fails the
+// check.
+func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, w io.Writer) (func([32]byte) bool, error) {
+	var pubs []ed25519.PublicKey
+	for _, k := range pinned.Keys {
+		if pub, ok := k.Public.(ed25519.PublicKey); ok {
+			pubs = append(pubs, pub)
+		}
+	}
+	if len(pubs) == 0 {
+		return nil, errors.New("--scan: --tlog-log-keys holds no Ed25519 key (a log key is Ed25519)")
+	}
+	var scans []*tlogaudit.Scanned
+	for _, u := range urls {
+		s, err := tlogaudit.Scan(ctx, tlogaudit.ScanOptions{BaseURL: u, Keys: pubs, ArtifactTypes: []string{tlogclient.ArtifactStatusEvent}})
+		if err != nil {
+			return nil, fmt.Errorf("--scan %s: %w", displayURL(u), err)
+		}
+		fmt.Fprintf(w, "scanned %s: log %s, tree size %d (STH of %s), %d status events, every entry hashed to the signed root\n",
+			displayURL(u), s.LogID, s.TreeSize, s.Timestamp.Format(time.RFC3339), s.Kept)
+		scans = append(scans, s)
+	}
+	return func(h [32]byte) bool {
+		for _, s := range scans {
+			if s.Has(tlogclient.ArtifactStatusEvent, h) {
+				return true
+			}
+		}
+		return false
+	}, nil
 }
 
 // verifyAnchored checks rows (an intact chain) against the log: every row
@@ -200,7 +283,7 @@ func (f *auditAnchorFlags) verifyAnchored(ctx context.Context, w, stderr io.Writ
 	if f.keyFile == "" {
 		return nil
 	}
-	a, err := f.anchor(st, stderr)
+	a, err := f.anchor(ctx, st, w, stderr)
 	if err != nil {
 		return err
 	}

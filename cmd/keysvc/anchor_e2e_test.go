@@ -1,13 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -412,6 +420,74 @@ func anchorAttacks(t *testing.T, pgURL string) {
 		if checkCode != 1 || !strings.Contains(checkOut, "NOT BACKED: ") || strings.Contains(checkOut, "key history backed") ||
 			auditCode == 0 || strings.Contains(auditOut, "rows anchored") {
 			t.Fatalf("with other log keys pinned: anchor check %d %s; audit verify %d %s", checkCode, checkOut, auditCode, auditOut)
+		}
+	})
+	t.Run("marker hidden by the log's answers", func(t *testing.T) {
+		// Whoever answers for the log (the log itself, or anyone on a
+		// plain-HTTP path) answers "not found" for v1's revoked marker, and
+		// the database writer un-revokes v1 (anchor_events is gone): look-ups
+		// see nothing wrong, for pinned keys cannot sign an absence. --scan
+		// reads every entry against the signed tree and finds the marker; a
+		// log that also drops it from its entry bundles no longer hashes to
+		// the root it signed.
+		pinned := filepath.Join(e.dir, "log-keys.json")
+		revoked := must(evKey.StateMarker(v1, "revoked"))
+		hidden := tlogclient.FormatHash(revoked.Hash)
+		hiddenHex := strings.TrimPrefix(hidden, "sha256:")
+		otherHex := strings.Repeat("0", len(hiddenHex))
+		var tamperBundles atomic.Bool
+		var bundlesTampered atomic.Int64
+		target, err := url.Parse(logSrv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp := httputil.NewSingleHostReverseProxy(target)
+		proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case strings.HasSuffix(r.URL.Path, "/proof") && r.URL.Query().Get("hash") == hidden:
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				io.WriteString(w, `{"error":{"code":"not_found","message":"the hash is not in a signed tree"}}`)
+			case tamperBundles.Load() && strings.HasPrefix(r.URL.Path, "/tile/entries/"):
+				rec := httptest.NewRecorder()
+				rp.ServeHTTP(rec, r)
+				body := rec.Body.Bytes()
+				if bytes.Contains(body, []byte(hiddenHex)) {
+					body = bytes.Replace(body, []byte(hiddenHex), []byte(otherHex), 1)
+					bundlesTampered.Add(1)
+				}
+				w.WriteHeader(rec.Code)
+				w.Write(body)
+			default:
+				rp.ServeHTTP(w, r)
+			}
+		}))
+		defer proxy.Close()
+		orig := db.version(t, v1)
+		db.exec(t, `UPDATE key_versions SET state = 'retired', revoked_at = NULL, compromised_at = NULL, revocation_reason = '' WHERE kid = ?`, v1)
+		defer db.exec(t, `UPDATE key_versions SET state = 'revoked', revoked_at = ?, compromised_at = ?, revocation_reason = ? WHERE kid = ?`,
+			db.ts(orig.RevokedAt), db.ts(orig.CompromisedAt), orig.RevocationReason, v1)
+		run := func(args ...string) (string, int) {
+			t.Helper()
+			out, errOut, code := runCLI(t, e.env, append(args, "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", proxy.URL, "--tlog-log-keys", pinned)...)
+			return out + errOut, code
+		}
+		if out, code := run("anchor", "check"); code != 0 || !strings.Contains(out, "key history backed by the transparency log: 1 keys, 2 versions") {
+			t.Fatalf("look-ups through the hiding log should see nothing (the attack this test is about): %d %s", code, out)
+		}
+		scanned := regexp.MustCompile(`scanned ` + regexp.QuoteMeta(proxy.URL) + `: log \S+, tree size [1-9][0-9]* \(STH of 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\dZ\), [1-9][0-9]* status events, every entry hashed to the signed root`)
+		out, code := run("anchor", "check", "--scan")
+		if code != 1 || !scanned.MatchString(out) || !strings.Contains(out, "NOT BACKED: version "+v1+": the transparency log records state revoked") {
+			t.Fatalf("anchor check --scan through the hiding log: %d %s", code, out)
+		}
+		if out, code := run("audit", "verify", "--scan"); code != 0 || !scanned.MatchString(out) || !strings.Contains(out, fmt.Sprintf("%d of %d rows anchored", len(rows), len(rows))) {
+			t.Fatalf("audit verify --scan: %d %s", code, out)
+		}
+		tamperBundles.Store(true)
+		out, code = run("anchor", "check", "--scan")
+		if code != 1 || bundlesTampered.Load() == 0 || !strings.Contains(out, "--scan "+proxy.URL+": ") || !strings.Contains(out, ": the entries hash to root ") ||
+			strings.Contains(out, "key history backed") {
+			t.Fatalf("anchor check --scan with the marker dropped from the entry bundles (%d bundles changed): %d %s", bundlesTampered.Load(), code, out)
 		}
 	})
 	if db.pg {

@@ -93,6 +93,9 @@ func TestCLIMistakes(t *testing.T) {
 		{"activate --emergency without --reason", nil, []string{"keys", "activate", "k", "--emergency"}, 2, []string{"--emergency needs --reason"}},
 		{"audit verify --tlog-url without the event key", nil, []string{"audit", "verify", "--data-dir", missing, "--tlog-url", "https://log.example.com"}, 2, []string{"only with --anchor-key-file"}},
 		{"audit verify --tlog-log-keys without the event key", nil, []string{"audit", "verify", "--data-dir", missing, "--tlog-log-keys", "keys.json"}, 2, []string{"only with --anchor-key-file"}},
+		{"audit verify --scan without the event key", nil, []string{"audit", "verify", "--data-dir", missing, "--scan"}, 2, []string{"only with --anchor-key-file"}},
+		{"audit verify --scan without log keys", nil, []string{"audit", "verify", "--data-dir", missing, "--anchor-key-file", "k.json", "--tlog-url", "https://log.example.com", "--scan"}, 2, []string{"--scan needs --tlog-log-keys"}},
+		{"anchor check --scan without log keys", nil, []string{"anchor", "check", "--data-dir", missing, "--anchor-key-file", "k.json", "--tlog-url", "https://log.example.com", "--scan"}, 2, []string{"--scan needs --tlog-log-keys", "keys it does not serve itself"}},
 
 		// Key history that is not there: nothing is created.
 		{"audit verify on a missing data dir", nil, []string{"audit", "verify", "--data-dir", missing}, 1, []string{"no key history at " + missing, "--data-dir"}},

@@ -1,0 +1,253 @@
+package tlogaudit
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/transparency-dev/merkle/compact"
+	"github.com/transparency-dev/merkle/rfc6962"
+	"github.com/transparency-dev/tessera/api"
+	"github.com/transparency-dev/tessera/client"
+
+	"github.com/keysvc/keysvc/tlog/tlogfmt"
+)
+
+// ScanOptions configures Scan.
+type ScanOptions struct {
+	// BaseURL is the log operator's base URL: GET sth under
+	// BaseURL + tlogfmt.PathPrefix, the C2SP tlog-tiles entry bundles under
+	// BaseURL + "/tile/entries/".
+	BaseURL string
+	// Keys are the trusted log keys (Ed25519, configured out of band,
+	// never taken from the log under scan). The log's name (log_id, its
+	// checkpoint origin) is read from its STH, which must verify under
+	// one of them.
+	Keys []ed25519.PublicKey
+	// ArtifactTypes are the leaves whose artifact hashes Scan keeps (every
+	// leaf is read and hashed into the tree either way).
+	ArtifactTypes []string
+	// Client is the HTTP client (default: one with a 30 s timeout per
+	// request).
+	Client *http.Client
+	// Workers is how many entry bundles are fetched at once (default 4).
+	Workers uint
+}
+
+// Scanned is a log read in full against one of its Signed Tree Heads:
+// every entry of the tree, hashed into an RFC 6962 tree whose root is the
+// STH's. What it holds is therefore what the log committed to in that
+// tree — including what it does not hold.
+type Scanned struct {
+	// LogID, TreeSize, RootHash and Timestamp are the STH's (verified under
+	// ScanOptions.Keys).
+	LogID     string
+	TreeSize  uint64
+	RootHash  []byte
+	Timestamp time.Time
+	// Kept counts the leaves of ScanOptions.ArtifactTypes.
+	Kept int
+	have map[scannedLeaf]struct{}
+}
+
+type scannedLeaf struct {
+	artifactType string
+	hash         [32]byte
+}
+
+// Has reports whether the scanned tree holds a leaf of artifactType (one of
+// ScanOptions.ArtifactTypes) whose artifact_hash is "sha256:" + hex(hash).
+// False is a proof of absence as of the tree: the log signed a tree in
+// which no such leaf is.
+func (s *Scanned) Has(artifactType string, hash [32]byte) bool {
+	_, ok := s.have[scannedLeaf{artifactType, hash}]
+	return ok
+}
+
+// maxBundleBytes bounds one entry bundle: 256 entries of at most 64 KiB
+// each (C2SP tlog-tiles' two-byte length prefix).
+const maxBundleBytes = 256 * (2 + 65535)
+
+// Scan reads the whole log at opts.BaseURL as of its newest Signed Tree
+// Head (GET sth, verified under opts.Keys, its checkpoint naming the same
+// tree): every entry bundle of the tree (C2SP tlog-tiles, fetched with
+// github.com/transparency-dev/tessera/client), each entry a v0.1 leaf in
+// its RFC 8785 form (tlogfmt.ParseLeaf), hashed (RFC 6962 §2.1) into a
+// compact range (github.com/transparency-dev/merkle) whose root must be
+// the STH's. Errors: *Inconsistency when the log serves something its
+// signed tree does not hold (a malformed leaf, a missing or extra entry, a
+// root other than the STH's); any other error when the scan could not run.
+// Cost: one request per 256 entries and every entry's bytes, so for a
+// large log this is a monitor's job, not a per-request check.
+func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
+	if len(opts.Keys) == 0 {
+		return nil, errors.New("tlogaudit: no log key")
+	}
+	if opts.Client == nil {
+		opts.Client = &http.Client{Timeout: 30 * time.Second}
+	}
+	if opts.Workers == 0 {
+		opts.Workers = 4
+	}
+	keep := map[string]bool{}
+	for _, t := range opts.ArtifactTypes {
+		keep[t] = true
+	}
+	base := strings.TrimSuffix(opts.BaseURL, "/")
+	var latest tlogfmt.STHResponse
+	if err := getJSON(ctx, opts.Client, base+tlogfmt.PathPrefix+tlogfmt.EndpointSTH, &latest); err != nil {
+		return nil, err
+	}
+	keys, err := namedKeys(latest.STH, opts.Keys)
+	if err != nil {
+		return nil, &Inconsistency{First: -1, Second: -1, Reason: "GET sth: " + err.Error()}
+	}
+	sth, key, err := tlogfmt.VerifySTH(latest.STH, keys)
+	if err != nil {
+		return nil, &Inconsistency{First: -1, Second: -1, Reason: "GET sth: " + err.Error()}
+	}
+	bad := func(format string, args ...any) (*Scanned, error) {
+		return nil, &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: fmt.Sprintf(format, args...)}
+	}
+	if cp, err := tlogfmt.VerifyCheckpoint(latest.Checkpoint, key); err != nil || cp.TreeSize != sth.TreeSize || !bytes.Equal(cp.RootHash, sth.RootHash) {
+		return bad("GET sth: the checkpoint does not verify or names another tree (%v)", err)
+	}
+	root, err := url.Parse(base + "/")
+	if err != nil {
+		return nil, err
+	}
+	bounded := *opts.Client
+	bounded.Transport = limitedBodies{next: opts.Client.Transport, limit: maxBundleBytes}
+	f, err := client.NewHTTPFetcher(root, &bounded)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scanned{LogID: sth.LogID, TreeSize: sth.TreeSize, RootHash: sth.RootHash, Timestamp: sth.Timestamp, have: map[scannedLeaf]struct{}{}}
+	tree := (&compact.RangeFactory{Hash: rfc6962.DefaultHasher.HashChildren}).NewEmptyRange(0)
+	size := func(context.Context) (uint64, error) { return sth.TreeSize, nil }
+	bundles := client.EntryBundles(ctx, opts.Workers, size, f.ReadEntryBundle, 0, sth.TreeSize)
+	for e, err := range client.Entries(bundles, unbundle) {
+		if err != nil {
+			return nil, fmt.Errorf("tlogaudit: scan %s: %w", base, err)
+		}
+		if e.Index != tree.End() {
+			return bad("entry %d came where entry %d belongs", e.Index, tree.End())
+		}
+		l, err := tlogfmt.ParseLeaf(e.Entry)
+		if err != nil {
+			return bad("entry %d is not a v0.1 leaf: %v", e.Index, err)
+		}
+		if err := tree.Append(rfc6962.DefaultHasher.HashLeaf(e.Entry), nil); err != nil {
+			return nil, err
+		}
+		if keep[l.ArtifactType] {
+			var h [32]byte
+			if _, err := hex.Decode(h[:], []byte(strings.TrimPrefix(l.ArtifactHash, "sha256:"))); err != nil {
+				return bad("entry %d: artifact_hash: %v", e.Index, err)
+			}
+			s.have[scannedLeaf{l.ArtifactType, h}] = struct{}{}
+			s.Kept++
+		}
+	}
+	if tree.End() != sth.TreeSize {
+		return bad("the entry bundles hold %d entries", tree.End())
+	}
+	got := rfc6962.DefaultHasher.EmptyRoot()
+	if sth.TreeSize > 0 {
+		if got, err = tree.GetRootHash(nil); err != nil {
+			return nil, err
+		}
+	}
+	if !bytes.Equal(got, sth.RootHash) {
+		return bad("the entries hash to root %x, the STH names %x", got, sth.RootHash)
+	}
+	return s, nil
+}
+
+// namedKeys names keys for the log_id an STH claims (its payload, read
+// unverified: VerifySTH then checks the STH under the named keys, so a
+// wrong name fails there).
+func namedKeys(sthJWS string, keys []ed25519.PublicKey) ([]tlogfmt.LogKey, error) {
+	parts := strings.Split(sthJWS, ".")
+	if len(parts) != 3 {
+		return nil, errors.New("the STH is not a compact JWS")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return nil, errors.New("the STH payload is not base64url")
+	}
+	var p struct {
+		LogID string `json:"log_id"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, fmt.Errorf("the STH payload: %w", err)
+	}
+	out := make([]tlogfmt.LogKey, 0, len(keys))
+	for _, k := range keys {
+		lk, err := tlogfmt.NewLogKey(p.LogID, k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, lk)
+	}
+	return out, nil
+}
+
+// unbundle splits a C2SP tlog-tiles entry bundle into its entries.
+func unbundle(b []byte) ([][]byte, error) {
+	var eb api.EntryBundle
+	if err := eb.UnmarshalText(b); err != nil {
+		return nil, err
+	}
+	return eb.Entries, nil
+}
+
+// limitedBodies is an http.RoundTripper that cuts every response body
+// after limit bytes (with an error), so a log cannot make a scan read
+// without end.
+type limitedBodies struct {
+	next  http.RoundTripper
+	limit int64
+}
+
+func (t limitedBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	next := t.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	resp, err := next.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &limitedBody{rc: resp.Body, left: t.limit}
+	return resp, nil
+}
+
+type limitedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, errors.New("tlogaudit: response larger than an entry bundle can be")
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.rc.Close() }
