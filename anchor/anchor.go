@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keysvc/keysvc/internal/sameorigin"
 	"github.com/keysvc/keysvc/rotation"
 	"github.com/keysvc/keysvc/store"
 	"github.com/keysvc/keysvc/tlogclient"
@@ -125,6 +126,10 @@ func (a *Anchor) Key() *EventKey { return a.key }
 // (the Manager's Reload).
 func (a *Anchor) OnChange(fn func()) { a.mu.Lock(); a.onChange = fn; a.mu.Unlock() }
 
+// logKeysClient fetches a log's jwks.json: redirects only within the
+// log's origin (sameorigin), bounded in time like a look-up.
+var logKeysClient = sameorigin.Client(10 * time.Second)
+
 // logKeys returns the keys that sign l's tree heads: the pinned ones, else
 // the log's jwks.json as first fetched (then kept for the process's life).
 func (a *Anchor) logKeys(ctx context.Context, l tlogclient.Log) (*verifier.JWKS, error) {
@@ -141,7 +146,7 @@ func (a *Anchor) logKeys(ctx context.Context, l tlogclient.Log) (*verifier.JWKS,
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := logKeysClient.Do(req)
 	if err != nil {
 		return nil, err
 	}

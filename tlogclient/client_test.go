@@ -510,3 +510,55 @@ func TestSubmitToken(t *testing.T) {
 	l.waitAll(t, jws, 20*time.Second)
 	waitEmpty(t, st, 10*time.Second)
 }
+
+// TestRedirectToAnotherOriginRefused: a log URL that redirects its look-ups
+// to another origin (an https log sent to plain HTTP, or another host) is
+// not followed there: that origin's 404 would read as "not in the log" —
+// an absence nobody signs (ADR 0016) — so the look-up fails instead, and
+// nothing is submitted there either. A redirect within the log's origin is
+// followed.
+func TestRedirectToAnotherOriginRefused(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		elsewhere.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"error":{"code":"not_found","message":"the hash is not in a signed tree"}}`)
+	}))
+	defer other.Close()
+	redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/moved/") {
+			http.Redirect(w, r, "/"+strings.TrimPrefix(r.URL.Path, "/moved/")+"?"+r.URL.RawQuery, http.StatusFound)
+			return
+		}
+		http.Redirect(w, r, other.URL+r.URL.Path+"?"+r.URL.RawQuery, http.StatusTemporaryRedirect)
+	}))
+	defer redirecting.Close()
+	l, err := tlogclient.NewHTTPLog(redirecting.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h := tlogclient.HashArtifact("eyJhidden.a.b")
+	_, err = l.Proof(ctx, h, 0)
+	if err == nil || errors.Is(err, tlogclient.ErrNotFound) || !strings.Contains(err.Error(), "redirect to another origin ("+other.URL+tlogclient.PathPrefix+"proof) refused") {
+		t.Fatalf("Proof through a redirect to another origin: %v; want a refused redirect, not ErrNotFound", err)
+	}
+	if _, err := l.AddBatch(ctx, []tlogclient.Entry{{ArtifactType: tlogclient.ArtifactStatusEvent, ArtifactHash: h}}); err == nil || !strings.Contains(err.Error(), "redirect to another origin") {
+		t.Fatalf("AddBatch through a redirect to another origin: %v", err)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the other origin got %d requests", n)
+	}
+	// Within the origin: followed to the log's own answer.
+	same, err := tlogclient.NewHTTPLog(redirecting.URL + "/moved")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := same.Proof(ctx, h, 0); err == nil || !strings.Contains(err.Error(), "redirect to another origin ("+other.URL+tlogclient.PathPrefix+"proof) refused") {
+		t.Fatalf("a same-origin redirect should be followed (and then meet the cross-origin one): %v", err)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the other origin got %d requests", n)
+	}
+}

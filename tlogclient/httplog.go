@@ -21,6 +21,7 @@ import (
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/keysvc/keysvc/internal/sameorigin"
 	"github.com/keysvc/keysvc/tlog/tlogfmt"
 	"github.com/keysvc/keysvc/verifier"
 )
@@ -97,7 +98,9 @@ func NewHTTPLog(base string, opts ...HTTPLogOption) (*HTTPLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &HTTPLog{base: b, hc: &http.Client{Timeout: 30 * time.Second}}
+	// Redirects only within the log's origin (sameorigin): the log API
+	// never redirects, and another origin must not answer for the log.
+	l := &HTTPLog{base: b, hc: sameorigin.Client(30 * time.Second)}
 	for _, o := range opts {
 		o(l)
 	}

@@ -3,13 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/keysvc/keysvc/internal/sameorigin"
 	"github.com/keysvc/keysvc/tlog/tlogaudit"
 	"github.com/keysvc/keysvc/tlog/tlogfmt"
 )
@@ -48,7 +48,7 @@ STH or pair, 2 when the audit could not run.`,
 				return errors.New("--log-key is required (the log's verifier key, from keysvc tlog keygen, configured out of band)")
 			}
 			ctx := cmd.Context()
-			rep, err := tlogaudit.Audit(ctx, tlogaudit.Options{BaseURL: args[0], Keys: keys, WitnessVKeys: witnessKeys, WitnessesRequired: required, Client: &http.Client{Timeout: timeout}})
+			rep, err := tlogaudit.Audit(ctx, tlogaudit.Options{BaseURL: args[0], Keys: keys, WitnessVKeys: witnessKeys, WitnessesRequired: required, Client: sameorigin.Client(timeout)})
 			var inc *tlogaudit.Inconsistency
 			switch {
 			case errors.As(err, &inc):

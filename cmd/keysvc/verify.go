@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keysvc/keysvc/internal/sameorigin"
 	"github.com/keysvc/keysvc/verifier"
 )
 
@@ -342,11 +343,8 @@ func readCapped(r io.Reader, flag, name string) ([]byte, error) {
 	return b, nil
 }
 
-// maxFetchRedirects bounds the redirects fetchDocument follows.
-const maxFetchRedirects = 5
-
 // fetchDocument GETs a key document with a 10 s timeout. It follows at
-// most maxFetchRedirects redirects, and only within the URL's origin
+// most sameorigin.MaxRedirects redirects, and only within the URL's origin
 // (scheme, host and port, RFC 6454): a redirect to another host or port, or
 // from https to http, could hand the verifier keys from somewhere the user
 // did not name, so it is refused. Errors name the URL without its
@@ -363,16 +361,7 @@ func fetchDocument(ctx context.Context, flag, rawURL string) ([]byte, error) {
 		return nil, fmt.Errorf("%s %s: not a URL", flag, shown)
 	}
 	req.Header.Set("Accept", "application/jwk-set+json, application/json")
-	client := &http.Client{Timeout: fetchTimeout, CheckRedirect: func(next *http.Request, via []*http.Request) error {
-		first := via[0].URL
-		if !strings.EqualFold(next.URL.Scheme, first.Scheme) || !strings.EqualFold(next.URL.Host, first.Host) {
-			return fmt.Errorf("redirect to another origin (%s) refused: give that URL itself if you trust it", displayURL(next.URL.String()))
-		}
-		if len(via) >= maxFetchRedirects {
-			return fmt.Errorf("stopped after %d redirects", maxFetchRedirects)
-		}
-		return nil
-	}}
+	client := sameorigin.Client(fetchTimeout)
 	resp, err := client.Do(req)
 	if err != nil {
 		var ue *url.Error

@@ -25,6 +25,7 @@ import (
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 
+	"github.com/keysvc/keysvc/internal/sameorigin"
 	"github.com/keysvc/keysvc/tlog/tlogfmt"
 )
 
@@ -87,7 +88,7 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 		return Report{}, errors.New("tlogaudit: no log key")
 	}
 	if opts.Client == nil {
-		opts.Client = &http.Client{Timeout: 30 * time.Second}
+		opts.Client = sameorigin.Client(30 * time.Second)
 	}
 	if opts.PageSize <= 0 {
 		opts.PageSize = 1000

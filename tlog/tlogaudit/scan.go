@@ -20,6 +20,7 @@ import (
 	"github.com/transparency-dev/tessera/api"
 	"github.com/transparency-dev/tessera/client"
 
+	"github.com/keysvc/keysvc/internal/sameorigin"
 	"github.com/keysvc/keysvc/tlog/tlogfmt"
 )
 
@@ -94,7 +95,7 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 		return nil, errors.New("tlogaudit: no log key")
 	}
 	if opts.Client == nil {
-		opts.Client = &http.Client{Timeout: 30 * time.Second}
+		opts.Client = sameorigin.Client(30 * time.Second)
 	}
 	if opts.Workers == 0 {
 		opts.Workers = 4
