@@ -483,3 +483,37 @@ func benchPost(b *testing.B, client *http.Client, url, secret, body string) {
 		b.Fatalf("status %d", resp.StatusCode)
 	}
 }
+
+// BenchmarkBatchUnderLoad is 16 connections' batches of 100 (canonical
+// items) at once, in process: server CPU per signature with the items of
+// each batch signed on one goroutine (seq) and with the default policy
+// (ADR 0032). Under load every core is busy with other batches, so a split
+// only adds hand-offs.
+//
+//	go test -run '^$' -bench BatchUnderLoad -benchtime 300x ./api/
+func BenchmarkBatchUnderLoad(b *testing.B) {
+	h, secret := benchHandler(b)
+	body := benchBodies["sign:batch-canonical"]
+	for _, mode := range []string{"seq", "default"} {
+		b.Run("sign:batch-"+mode, func(b *testing.B) {
+			if mode == "seq" {
+				defer api.SetBatchWorkers(func(int) int { return 1 })()
+			}
+			b.SetParallelism(8) // 16 goroutines on 2 cores
+			defer reportCPU(b, processCPU())
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					req := httptest.NewRequest(http.MethodPost, "/v1/keys/bench/sign:batch", strings.NewReader(body))
+					req.Header.Set("Authorization", "Bearer "+secret)
+					req.Header.Set("Content-Type", "application/json")
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, req)
+					if rec.Code != http.StatusOK {
+						b.Errorf("%d %s", rec.Code, rec.Body)
+						return
+					}
+				}
+			})
+		})
+	}
+}
