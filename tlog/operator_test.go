@@ -291,6 +291,18 @@ func TestWitnessCosignsCheckpoints(t *testing.T) {
 	if _, err := tlogaudit.Audit(context.Background(), opts); !errors.As(err, &inc) || !strings.Contains(inc.Reason, "0 of the 1 witness cosignatures") {
 		t.Fatalf("audit requiring a witness that never cosigned: %v", err)
 	}
+	// A scan that requires the witness reads the tree it cosigned; one
+	// that requires another witness refuses the tree and keeps nothing.
+	scan := tlogaudit.ScanOptions{BaseURL: srv.URL, Keys: []ed25519.PublicKey{pub.(ed25519.PublicKey)}, ArtifactTypes: []string{"vrp_attestation"},
+		WitnessVKeys: []string{w.VKey}, WitnessesRequired: 1}
+	sc, err := tlogaudit.Scan(context.Background(), scan)
+	if err != nil || sc.TreeSize != 1 || sc.Kept != 1 || len(sc.Cosignatures) != 1 || sc.Cosignatures[0].Name != w.Name {
+		t.Fatalf("scan with the witness required: %+v %v", sc, err)
+	}
+	scan.WitnessVKeys = []string{other.VKey}
+	if sc, err := tlogaudit.Scan(context.Background(), scan); !errors.As(err, &inc) || !strings.Contains(inc.Reason, "0 of the 1 witness cosignatures") || sc != nil {
+		t.Fatalf("scan requiring a witness that never cosigned: %+v %v", sc, err)
+	}
 }
 
 // c2spTiles is a golang.org/x/mod/sumdb/tlog TileReader over a log's C2SP

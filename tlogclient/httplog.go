@@ -66,8 +66,11 @@ type HTTPLog struct {
 type HTTPLogOption func(*HTTPLog)
 
 // WithHTTPClient uses hc for every request (default: a client with a 30 s
-// timeout). An in-process log can be reached through a client whose
-// Transport calls its handler.
+// timeout that follows redirects only within the log's origin). An
+// in-process log can be reached through a client whose Transport calls
+// its handler. A client for a remote log should set CheckRedirect to
+// internal/sameorigin's (ADR 0015): another origin must not answer for
+// the log.
 func WithHTTPClient(hc *http.Client) HTTPLogOption { return func(l *HTTPLog) { l.hc = hc } }
 
 // WithLogKeys pins the keys a Signed Entry Promise must verify with. Without

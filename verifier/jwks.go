@@ -54,11 +54,22 @@ type JWK struct {
 	Raw json.RawMessage
 }
 
+// KeyError is why the key at Index of a JWK Set's keys array did not
+// load (JWKS.Skipped); Err is ParseJWK's error.
+type KeyError struct {
+	Index int
+	Err   error
+}
+
+func (e *KeyError) Error() string { return fmt.Sprintf("key %d: %v", e.Index, e.Err) }
+func (e *KeyError) Unwrap() error { return e.Err }
+
 // JWKS is a JWK Set: the keys of a document that loaded, in document order.
 type JWKS struct {
 	Keys []*JWK
-	// Skipped holds one error per key of the document that did not load
-	// (unsupported type or curve, bad coordinates, malformed members).
+	// Skipped holds one *KeyError per key of the document that did not
+	// load (unsupported type or curve, bad coordinates, malformed members,
+	// private key material).
 	Skipped []error
 }
 
@@ -107,7 +118,7 @@ func ParseJWKS(data []byte) (*JWKS, error) {
 	for i, e := range entries {
 		k, err := ParseJWK(e)
 		if err != nil {
-			set.Skipped = append(set.Skipped, fmt.Errorf("key %d: %w", i, err))
+			set.Skipped = append(set.Skipped, &KeyError{Index: i, Err: err})
 			continue
 		}
 		set.Keys = append(set.Keys, k)

@@ -124,7 +124,11 @@ is the log's "not found", which nothing signs. With --scan (and
 --tlog-log-keys), each log is first read in full against its newest
 Signed Tree Head (every C2SP tlog-tiles entry bundle, hashed to the
 signed root) and every look-up answered from it: a marker's absence is
-then proved for that tree, whose size and time are printed.`,
+then proved for that tree, whose log, size and time are printed. With
+--witness-keys, only a tree that --witnesses-required of those witnesses
+cosigned is read (a tree the log signed alone, such as a branch that
+leaves a marker out, is refused). Two URLs serving one log fail the
+check.`,
 		Args: cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			return checkAnchor.checkScan(cmd)
@@ -175,12 +179,18 @@ type auditAnchorFlags struct {
 	urls    []string
 	logKeys string
 	scan    bool
+	// witnessKeys and witnessesRequired: the cosignatures a scanned tree
+	// must carry (--scan only).
+	witnessKeys       string
+	witnessesRequired int
 }
 
 func (f *auditAnchorFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.keyFile, "anchor-key-file", "", "the node's event key: also check every row against the heads anchored in the transparency log (--tlog-url)")
 	cmd.Flags().StringSliceVar(&f.urls, "tlog-url", nil, "transparency log(s) the node anchors key history in (repeatable)")
 	cmd.Flags().StringVar(&f.logKeys, "tlog-log-keys", os.Getenv("KEYSVC_TLOG_LOG_KEYS"), "JWK Set file of the logs' keys (env KEYSVC_TLOG_LOG_KEYS): the logs' tree heads must verify with one of them; default: each log's own jwks.json, which then vouches for itself")
+	cmd.Flags().StringVar(&f.witnessKeys, "witness-keys", "", "with --scan: witness verifier keys you trust (C2SP signed-note vkeys, one per line; # comments); each scanned tree's checkpoint must carry --witnesses-required of their cosignatures, so that a tree the log signed alone (a branch that leaves a marker out) is refused")
+	cmd.Flags().IntVar(&f.witnessesRequired, "witnesses-required", 1, "with --witness-keys: how many distinct trusted witnesses must have cosigned each scanned tree")
 	cmd.Flags().BoolVar(&f.scan, "scan", false, "read every entry of each log against its newest signed tree head (C2SP tlog-tiles; needs --tlog-log-keys) and answer every look-up from it: that a marker of a later state is absent is then proved as of that tree, not taken from the log's unsigned \"not found\". Costs every entry's bytes: a monitor's check")
 }
 
@@ -190,6 +200,12 @@ func (f *auditAnchorFlags) register(cmd *cobra.Command) {
 func (f *auditAnchorFlags) checkScan(cmd *cobra.Command) error {
 	if f.scan && f.logKeys == "" {
 		return usage(cmd, "--scan needs --tlog-log-keys (or KEYSVC_TLOG_LOG_KEYS): a log read in full proves what it does not hold only under keys it does not serve itself")
+	}
+	if !f.scan && (f.witnessKeys != "" || cmd.Flags().Changed("witnesses-required")) {
+		return usage(cmd, "--witness-keys and --witnesses-required apply to the trees --scan reads: add --scan")
+	}
+	if f.witnessKeys != "" && f.witnessesRequired < 1 {
+		return usage(cmd, "--witnesses-required must be at least 1")
 	}
 	return nil
 }
@@ -228,7 +244,24 @@ func (f *auditAnchorFlags) anchor(ctx context.Context, st store.Store, w, stderr
 	}
 	cfg := anchor.Config{Key: key, Logs: asLogs(hl), LogKeys: keys, Store: st}
 	if f.scan {
-		if cfg.Scanned, err = scanLogs(ctx, f.urls, keys, w); err != nil {
+		var witnesses []string
+		if f.witnessKeys != "" {
+			b, err := os.ReadFile(f.witnessKeys)
+			if err != nil {
+				return nil, fmt.Errorf("--witness-keys: %w", err)
+			}
+			ws, err := verifier.ParseWitnessKeys(b)
+			if err != nil {
+				return nil, fmt.Errorf("--witness-keys %s: %w", f.witnessKeys, err)
+			}
+			if f.witnessesRequired > len(ws) {
+				return nil, fmt.Errorf("--witnesses-required %d: --witness-keys %s holds %d keys", f.witnessesRequired, f.witnessKeys, len(ws))
+			}
+			for _, k := range ws {
+				witnesses = append(witnesses, k.VKey)
+			}
+		}
+		if cfg.Scanned, err = scanLogs(ctx, f.urls, keys, witnesses, f.witnessesRequired, w); err != nil {
 			return nil, err
 		}
 	}
@@ -237,15 +270,18 @@ func (f *auditAnchorFlags) anchor(ctx context.Context, st store.Store, w, stderr
 
 // staleTreeOverPlainHTTP is the --scan warning for a log reached over
 // plain HTTP: the scan proves absence in the tree it read, and whoever is
-// on the path could serve an older tree the log did sign.
-const staleTreeOverPlainHTTP = `the log is reached over plain HTTP: whoever is on the path could serve an older tree the log did sign, and the scan proves absence only in the tree it read (its size and time are printed); reach the log over https`
+// on the path could serve another tree a pinned key signed.
+const staleTreeOverPlainHTTP = `the log is reached over plain HTTP: whoever is on the path could serve another tree a pinned key signed (an older one of this log, or another log's), and the scan proves absence only in the tree it read (its log, size and time are printed); reach the log over https`
 
 // scanLogs reads every log in full (tlogaudit.Scan) under the pinned keys
-// and returns whether a status event's hash is a leaf of any of them. It
-// prints one line per log: the tree read and how many status events it
-// holds. A log whose entries do not hash to its signed root fails the
-// check.
-func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, w io.Writer) (func([32]byte) bool, error) {
+// (and, with witnesses, only trees that many of them cosigned) and returns
+// whether a status event's hash is a leaf of any of them. It prints one
+// line per log: the tree read and how many status events it holds. A log
+// whose entries do not hash to its signed root fails the check, and so do
+// two URLs serving one log (log_id): the answers of all logs are joined,
+// so a tree served in place of another log's would hide that log's
+// markers.
+func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witnesses []string, witnessesRequired int, w io.Writer) (func([32]byte) bool, error) {
 	var pubs []ed25519.PublicKey
 	for _, k := range pinned.Keys {
 		if pub, ok := k.Public.(ed25519.PublicKey); ok {
@@ -256,13 +292,32 @@ func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, w io.Wr
 		return nil, errors.New("--scan: --tlog-log-keys holds no Ed25519 key (a log key is Ed25519)")
 	}
 	var scans []*tlogaudit.Scanned
+	byLog := map[string]string{}
 	for _, u := range urls {
-		s, err := tlogaudit.Scan(ctx, tlogaudit.ScanOptions{BaseURL: u, Keys: pubs, ArtifactTypes: []string{tlogclient.ArtifactStatusEvent}})
+		opts := tlogaudit.ScanOptions{BaseURL: u, Keys: pubs, ArtifactTypes: []string{tlogclient.ArtifactStatusEvent}}
+		if len(witnesses) > 0 {
+			opts.WitnessVKeys, opts.WitnessesRequired = witnesses, witnessesRequired
+		}
+		s, err := tlogaudit.Scan(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("--scan %s: %w", displayURL(u), err)
 		}
-		fmt.Fprintf(w, "scanned %s: log %s, tree size %d (STH of %s), %d status events, every entry hashed to the signed root\n",
-			displayURL(u), s.LogID, s.TreeSize, s.Timestamp.Format(time.RFC3339), s.Kept)
+		if other, ok := byLog[s.LogID]; ok {
+			return nil, fmt.Errorf("--scan: %s and %s both serve log %s: each --tlog-url must be a log of its own", displayURL(other), displayURL(u), s.LogID)
+		}
+		byLog[s.LogID] = u
+		cosigned := ""
+		if len(s.Cosignatures) > 0 {
+			newest := s.Cosignatures[0].Timestamp
+			for _, c := range s.Cosignatures[1:] {
+				if c.Timestamp.After(newest) {
+					newest = c.Timestamp
+				}
+			}
+			cosigned = fmt.Sprintf(", cosigned by %d trusted witnesses (newest %s)", len(s.Cosignatures), newest.Format(time.RFC3339))
+		}
+		fmt.Fprintf(w, "scanned %s: log %s, tree size %d (STH of %s%s), %d status events, every entry hashed to the signed root\n",
+			displayURL(u), s.LogID, s.TreeSize, s.Timestamp.Format(time.RFC3339), cosigned, s.Kept)
 		scans = append(scans, s)
 	}
 	return func(h [32]byte) bool {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/keysvc/keysvc/anchor"
 	"github.com/keysvc/keysvc/client"
@@ -482,6 +485,26 @@ func anchorAttacks(t *testing.T, pgURL string) {
 		}
 		if out, code := run("audit", "verify", "--scan"); code != 0 || !scanned.MatchString(out) || !strings.Contains(out, fmt.Sprintf("%d of %d rows anchored", len(rows), len(rows))) {
 			t.Fatalf("audit verify --scan: %d %s", code, out)
+		}
+		// A witness required that never cosigned this log's trees: the
+		// scan reads no tree at all.
+		_, witnessVKey, err := note.GenerateKey(rand.Reader, "witness.example.test/never")
+		if err != nil {
+			t.Fatal(err)
+		}
+		witnesses := filepath.Join(e.dir, "witnesses.txt")
+		if err := os.WriteFile(witnesses, []byte("# a witness this log never asked\n"+witnessVKey+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, code = run("anchor", "check", "--scan", "--witness-keys", witnesses)
+		if code != 1 || !strings.Contains(out, "the checkpoint carries 0 of the 1 witness cosignatures required") || strings.Contains(out, "key history backed") {
+			t.Fatalf("anchor check --scan requiring a witness that never cosigned: %d %s", code, out)
+		}
+		// The same log behind two URLs: its tree could stand in for
+		// another log's, whose markers the joined answers would then lack.
+		out, code = run("anchor", "check", "--scan", "--tlog-url", logSrv.URL)
+		if code != 1 || !strings.Contains(out, "both serve log ") || strings.Contains(out, "key history backed") {
+			t.Fatalf("anchor check --scan with one log behind two URLs: %d %s", code, out)
 		}
 		tamperBundles.Store(true)
 		out, code = run("anchor", "check", "--scan")

@@ -95,6 +95,8 @@ func TestCLIMistakes(t *testing.T) {
 		{"audit verify --tlog-log-keys without the event key", nil, []string{"audit", "verify", "--data-dir", missing, "--tlog-log-keys", "keys.json"}, 2, []string{"only with --anchor-key-file"}},
 		{"audit verify --scan without the event key", nil, []string{"audit", "verify", "--data-dir", missing, "--scan"}, 2, []string{"only with --anchor-key-file"}},
 		{"audit verify --scan without log keys", nil, []string{"audit", "verify", "--data-dir", missing, "--anchor-key-file", "k.json", "--tlog-url", "https://log.example.com", "--scan"}, 2, []string{"--scan needs --tlog-log-keys"}},
+		{"anchor check --witness-keys without --scan", nil, []string{"anchor", "check", "--data-dir", missing, "--anchor-key-file", "k.json", "--tlog-url", "https://log.example.com", "--tlog-log-keys", "keys.json", "--witness-keys", "w.txt"}, 2, []string{"apply to the trees --scan reads"}},
+		{"anchor check --witnesses-required 0", nil, []string{"anchor", "check", "--data-dir", missing, "--anchor-key-file", "k.json", "--tlog-url", "https://log.example.com", "--tlog-log-keys", "keys.json", "--scan", "--witness-keys", "w.txt", "--witnesses-required", "0"}, 2, []string{"--witnesses-required must be at least 1"}},
 		{"anchor check --scan without log keys", nil, []string{"anchor", "check", "--data-dir", missing, "--anchor-key-file", "k.json", "--tlog-url", "https://log.example.com", "--scan"}, 2, []string{"--scan needs --tlog-log-keys", "keys it does not serve itself"}},
 
 		// Key history that is not there: nothing is created.

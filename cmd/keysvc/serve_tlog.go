@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -380,22 +379,19 @@ func parseLogKeys(b []byte) (*verifier.JWKS, error) {
 	if err != nil {
 		return nil, err
 	}
-	var set struct {
-		Keys []map[string]json.RawMessage `json:"keys"`
-	}
-	if err := json.Unmarshal(b, &set); err != nil {
-		return nil, err
-	}
-	for i, k := range set.Keys {
-		if _, private := k["d"]; private {
-			return nil, fmt.Errorf("key %d holds private key material (\"d\"): give the logs' public keys only", i)
+	// A key with "d" is skipped by the verifier (ErrPrivateKeyMaterial);
+	// here it refuses the whole set, whatever else the set holds.
+	for _, e := range keys.Skipped {
+		var ke *verifier.KeyError
+		if errors.As(e, &ke) && errors.Is(e, verifier.ErrPrivateKeyMaterial) {
+			return nil, fmt.Errorf("key %d holds private key material (\"d\"): give the logs' public keys only", ke.Index)
 		}
 	}
 	if len(keys.Keys) == 0 {
 		if len(keys.Skipped) == 0 {
 			return nil, errors.New("no usable key (the set is empty)")
 		}
-		return nil, fmt.Errorf("no usable key (%d in the set: %w)", len(set.Keys), errors.Join(keys.Skipped...))
+		return nil, fmt.Errorf("no usable key (%d in the set: %w)", len(keys.Skipped), errors.Join(keys.Skipped...))
 	}
 	return keys, nil
 }

@@ -106,6 +106,9 @@ func TestParseLogKeys(t *testing.T) {
 		{"empty", `{"keys":[]}`, "no usable key (the set is empty)"},
 		{"unusable keys only", `{"keys":[` + rsa + `]}`, "no usable key (1 in the set: key 0: "},
 		{"private key", `{"keys":[` + pub[:len(pub)-1] + `,"d":"nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A"}]}`, `key 0 holds private key material ("d")`},
+		// A member "Keys" beside "keys" (encoding/json matches names
+		// without case) does not hide the private key from the check.
+		{"private key beside a public one, and a decoy member", `{"keys":[` + pub[:len(pub)-1] + `,"d":"nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A"},` + pub + `],"Keys":[]}`, `key 0 holds private key material ("d")`},
 		{"not a JWK Set", `[]`, "verifier: JWKS"},
 	} {
 		keys, err := parseLogKeys([]byte(c.set))

@@ -38,8 +38,14 @@ type ScanOptions struct {
 	// ArtifactTypes are the leaves whose artifact hashes Scan keeps (every
 	// leaf is read and hashed into the tree either way).
 	ArtifactTypes []string
+	// WitnessVKeys and WitnessesRequired: when WitnessesRequired > 0, the
+	// STH's checkpoint (GET sth) must carry that many valid cosignatures
+	// from these witness keys (C2SP tlog-cosignature), so that a tree the
+	// log signed alone — a branch that leaves entries out — is refused.
+	WitnessVKeys      []string
+	WitnessesRequired int
 	// Client is the HTTP client (default: one with a 30 s timeout per
-	// request).
+	// request; redirects only within the log's origin).
 	Client *http.Client
 	// Workers is how many entry bundles are fetched at once (default 4).
 	Workers uint
@@ -58,7 +64,10 @@ type Scanned struct {
 	Timestamp time.Time
 	// Kept counts the leaves of ScanOptions.ArtifactTypes.
 	Kept int
-	have map[scannedLeaf]struct{}
+	// Cosignatures are the trusted witnesses' cosignatures on the STH's
+	// checkpoint (none unless ScanOptions.WitnessVKeys is set).
+	Cosignatures []tlogfmt.Cosignature
+	have         map[scannedLeaf]struct{}
 }
 
 type scannedLeaf struct {
@@ -123,6 +132,16 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 	if cp, err := tlogfmt.VerifyCheckpoint(latest.Checkpoint, key); err != nil || cp.TreeSize != sth.TreeSize || !bytes.Equal(cp.RootHash, sth.RootHash) {
 		return bad("GET sth: the checkpoint does not verify or names another tree (%v)", err)
 	}
+	var cosigs []tlogfmt.Cosignature
+	if opts.WitnessesRequired > 0 {
+		cosigs, err = tlogfmt.VerifyCosignatures(latest.Checkpoint, opts.WitnessVKeys)
+		if err != nil || len(cosigs) < opts.WitnessesRequired {
+			return bad("the checkpoint carries %d of the %d witness cosignatures required", len(cosigs), opts.WitnessesRequired)
+		}
+	}
+	// Stop the bundle fetches still in flight when the scan ends early.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	root, err := url.Parse(base + "/")
 	if err != nil {
 		return nil, err
@@ -133,7 +152,7 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Scanned{LogID: sth.LogID, TreeSize: sth.TreeSize, RootHash: sth.RootHash, Timestamp: sth.Timestamp, have: map[scannedLeaf]struct{}{}}
+	s := &Scanned{LogID: sth.LogID, TreeSize: sth.TreeSize, RootHash: sth.RootHash, Timestamp: sth.Timestamp, Cosignatures: cosigs, have: map[scannedLeaf]struct{}{}}
 	tree := (&compact.RangeFactory{Hash: rfc6962.DefaultHasher.HashChildren}).NewEmptyRange(0)
 	size := func(context.Context) (uint64, error) { return sth.TreeSize, nil }
 	bundles := client.EntryBundles(ctx, opts.Workers, size, f.ReadEntryBundle, 0, sth.TreeSize)
@@ -240,14 +259,16 @@ type limitedBody struct {
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		return 0, errors.New("tlogaudit: response larger than an entry bundle can be")
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
+	// One byte past the limit may be read: a body of exactly limit bytes
+	// ends with EOF, a longer one with this error.
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
 	}
 	n, err := b.rc.Read(p)
 	b.left -= int64(n)
+	if b.left < 0 {
+		return 0, errors.New("tlogaudit: response larger than an entry bundle can be")
+	}
 	return n, err
 }
 
