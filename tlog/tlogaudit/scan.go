@@ -94,9 +94,12 @@ const maxBundleBytes = 256 * (2 + 65535)
 // github.com/transparency-dev/tessera/client), each entry a v0.1 leaf in
 // its RFC 8785 form (tlogfmt.ParseLeaf), hashed (RFC 6962 §2.1) into a
 // compact range (github.com/transparency-dev/merkle) whose root must be
-// the STH's. Errors: *Inconsistency when the log serves something its
-// signed tree does not hold (a malformed leaf, a missing or extra entry, a
-// root other than the STH's); any other error when the scan could not run.
+// the STH's. With opts.WitnessesRequired, the checkpoint must carry that
+// many cosignatures by opts.WitnessVKeys first. Errors: *Inconsistency
+// when the log serves something its signed tree does not hold (a
+// malformed leaf, a missing or extra entry, a root other than the STH's)
+// or a tree too few trusted witnesses cosigned; any other error when the
+// scan could not run.
 // Cost: one request per 256 entries and every entry's bytes, so for a
 // large log this is a monitor's job, not a per-request check.
 func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
