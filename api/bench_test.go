@@ -199,9 +199,7 @@ func BenchmarkHandler(b *testing.B) {
 	// RFC 7515 §5.1), as bench/sidebyside measures it: the floor of one
 	// sign-offer or sign:batch-offer signature.
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, "/v1/keys/bench/sign", strings.NewReader(benchBodies["sign-offer"]))
-	req.Header.Set("Authorization", "Bearer "+secret)
-	req.Header.Set("Content-Type", "application/json")
+	req := benchRequest("sign", benchBodies["sign-offer"], secret)
 	h.ServeHTTP(rec, req)
 	var offer struct{ JWS string }
 	if err := json.Unmarshal(rec.Body.Bytes(), &offer); err != nil || strings.Count(offer.JWS, ".") != 2 {
@@ -223,9 +221,7 @@ func BenchmarkHandler(b *testing.B) {
 			b.ReportAllocs()
 			defer reportCPU(b, processCPU())
 			for b.Loop() {
-				req := httptest.NewRequest(http.MethodPost, "/v1/keys/bench/"+route, strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+secret)
-				req.Header.Set("Content-Type", "application/json")
+				req := benchRequest(route, body, secret)
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, req)
 				if rec.Code != http.StatusOK {
@@ -331,9 +327,7 @@ func BenchmarkHandlerCold(b *testing.B) {
 		b.Run("sign-offer/"+mode, func(b *testing.B) {
 			for b.Loop() {
 				evict(b)
-				req := httptest.NewRequest(http.MethodPost, "/v1/keys/bench/sign", strings.NewReader(benchBodies["sign-offer"]))
-				req.Header.Set("Authorization", "Bearer "+secret)
-				req.Header.Set("Content-Type", "application/json")
+				req := benchRequest("sign", benchBodies["sign-offer"], secret)
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, req)
 				if rec.Code != http.StatusOK {
@@ -374,9 +368,7 @@ func BenchmarkLease(b *testing.B) {
 				start := time.Now()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
-						req := httptest.NewRequest(http.MethodPost, "/v1/keys/bench/"+route, strings.NewReader(body))
-						req.Header.Set("Authorization", "Bearer "+sd.secret)
-						req.Header.Set("Content-Type", "application/json")
+						req := benchRequest(route, body, sd.secret)
 						rec := httptest.NewRecorder()
 						sd.h.ServeHTTP(rec, req)
 						if rec.Code != http.StatusOK {
@@ -444,9 +436,7 @@ func BenchmarkBatchWorkers(b *testing.B) {
 				if mode == 0 {
 					sequential()
 				}
-				req := httptest.NewRequest(http.MethodPost, "/v1/keys/bench/"+route, strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+secret)
-				req.Header.Set("Content-Type", "application/json")
+				req := benchRequest(route, body, secret)
 				rec := httptest.NewRecorder()
 				start := time.Now()
 				h.ServeHTTP(rec, req)
@@ -465,6 +455,15 @@ func BenchmarkBatchWorkers(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchRequest is an in-process POST of body to the bench key's route
+// ("sign", "sign:batch", …) with the bearer token secret.
+func benchRequest(route, body, secret string) *http.Request {
+	req := httptest.NewRequest(http.MethodPost, "/v1/keys/bench/"+route, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	req.Header.Set("Content-Type", "application/json")
+	return req
 }
 
 // benchPost POSTs a JSON body with the bearer token and fails b unless the
@@ -503,9 +502,7 @@ func BenchmarkBatchUnderLoad(b *testing.B) {
 			defer reportCPU(b, processCPU())
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					req := httptest.NewRequest(http.MethodPost, "/v1/keys/bench/sign:batch", strings.NewReader(body))
-					req.Header.Set("Authorization", "Bearer "+secret)
-					req.Header.Set("Content-Type", "application/json")
+					req := benchRequest("sign:batch", body, secret)
 					rec := httptest.NewRecorder()
 					h.ServeHTTP(rec, req)
 					if rec.Code != http.StatusOK {
