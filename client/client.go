@@ -18,13 +18,21 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/keysvc/keysvc/internal/sameorigin"
 )
 
 // Client talks to one keysvc server.
 type Client struct {
-	BaseURL string       // e.g. "http://127.0.0.1:8080"
-	Token   string       // bearer token
-	HTTP    *http.Client // defaults to a client with a 30 s timeout
+	BaseURL string // e.g. "http://127.0.0.1:8080"
+	Token   string // bearer token
+	// HTTP is the client requests go through (New: a 30 s timeout; nil:
+	// no timeout). Either default follows a redirect only within the
+	// origin of BaseURL (internal/sameorigin): keysvc's API never
+	// redirects, and a redirect elsewhere would let another server answer
+	// — a signature, a key, a rotation's outcome — for the one configured.
+	// A Client given its own http.Client sets its CheckRedirect itself.
+	HTTP *http.Client
 	// Idempotent makes every POST and PUT carry a fresh Idempotency-Key
 	// (128 random bits, hex) and retries it, with the same key, when the
 	// answer is lost (connection reset, EOF, timeout, 502, 504) or the
@@ -36,9 +44,12 @@ type Client struct {
 	MaxAttempts int // default 6
 }
 
+// noTimeout is the http.Client of a Client whose HTTP is nil.
+var noTimeout = sameorigin.Client(0)
+
 // New returns a Client for baseURL authenticating with token.
 func New(baseURL, token string) *Client {
-	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: sameorigin.Client(30 * time.Second)}
 }
 
 // Error is an API error: the HTTP status and the server's stable code.
@@ -126,7 +137,7 @@ func (c *Client) do(ctx context.Context, method, path string, raw []byte, hasBod
 	}
 	hc := c.HTTP
 	if hc == nil {
-		hc = http.DefaultClient
+		hc = noTimeout
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -2,11 +2,53 @@ package client
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
+
+// TestRedirectToAnotherOriginRefused: keysvc's API never redirects; a
+// redirect to another origin (here a server that would answer a sign with
+// a signature of its own) is refused, with or without the default
+// http.Client, and the other server is never asked. One within the
+// origin is followed.
+func TestRedirectToAnotherOriginRefused(t *testing.T) {
+	var otherAsked atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		otherAsked.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"jws":"forged.by.another-server","kid":"villa-1"}`)
+	}))
+	defer other.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/keys/villa/sign":
+			http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+		case "/v1/keys/moved/sign":
+			http.Redirect(w, r, "/v1/keys/here/sign", http.StatusTemporaryRedirect)
+		case "/v1/keys/here/sign":
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"jws":"a.b.c","kid":"here-1"}`)
+		}
+	}))
+	defer srv.Close()
+	for _, c := range []*Client{New(srv.URL, "tok"), {BaseURL: srv.URL, Token: "tok"}} {
+		res, err := c.Sign(context.Background(), "villa", map[string]any{"offer_id": "o-1"}, "")
+		if err == nil || !strings.Contains(err.Error(), "redirect to another origin ("+other.URL+"/v1/keys/villa/sign) refused") {
+			t.Fatalf("Sign redirected to another origin: %+v %v", res, err)
+		}
+		if res, err := c.Sign(context.Background(), "moved", map[string]any{"offer_id": "o-1"}, ""); err != nil || res.KID != "here-1" {
+			t.Fatalf("Sign redirected within the origin: %+v %v", res, err)
+		}
+	}
+	if n := otherAsked.Load(); n != 0 {
+		t.Fatalf("the other origin was asked %d times", n)
+	}
+}
 
 // TestIdempotentRetry: with Idempotent set, a POST whose answer is lost
 // (the connection drops: EOF) is sent again with the same

@@ -299,6 +299,19 @@ func TestWitnessCosignsCheckpoints(t *testing.T) {
 	if err != nil || sc.TreeSize != 1 || sc.Kept != 1 || len(sc.Cosignatures) != 1 || sc.Cosignatures[0].Name != w.Name {
 		t.Fatalf("scan with the witness required: %+v %v", sc, err)
 	}
+	// With witnesses required, a tree's age is its newest cosignature's,
+	// not the STH's own time (which the log alone signs).
+	cosigned := sc.Cosignatures[0].Timestamp
+	scan.MaxAge, scan.Now = time.Hour, func() time.Time { return cosigned.Add(61 * time.Minute) }
+	if sc, err := tlogaudit.Scan(context.Background(), scan); !errors.Is(err, tlogaudit.ErrStaleTree) || sc != nil ||
+		!strings.Contains(err.Error(), fmt.Sprintf("was last cosigned by a trusted witness at %s, 1h1m0s ago", cosigned.UTC().Format(time.RFC3339))) {
+		t.Fatalf("scan of a tree cosigned 61 minutes ago with 1h allowed: %+v %v", sc, err)
+	}
+	scan.Now = func() time.Time { return cosigned.Add(59 * time.Minute) }
+	if _, err := tlogaudit.Scan(context.Background(), scan); err != nil {
+		t.Fatalf("scan of a tree cosigned 59 minutes ago with 1h allowed: %v", err)
+	}
+	scan.MaxAge, scan.Now = 0, nil
 	scan.WitnessVKeys = []string{other.VKey}
 	if sc, err := tlogaudit.Scan(context.Background(), scan); !errors.As(err, &inc) || !strings.Contains(inc.Reason, "0 of the 1 witness cosignatures") || sc != nil {
 		t.Fatalf("scan requiring a witness that never cosigned: %+v %v", sc, err)

@@ -6,12 +6,14 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keysvc/keysvc/tlog"
 	"github.com/keysvc/keysvc/tlog/tlogaudit"
@@ -23,7 +25,9 @@ import (
 // events, and Has answers for each of them and for nothing else. Under
 // another key, or when the entry bundles it is served are not the ones the
 // tree was signed over (an entry changed, an entry left out), it fails with
-// an *Inconsistency and keeps nothing.
+// an *Inconsistency and keeps nothing. With MaxAge, a tree signed longer
+// ago, or dated more than MaxClockSkew ahead of the clock, fails with
+// ErrStaleTree.
 func TestScan(t *testing.T) {
 	op, srv := startLog(t, tlog.Config{})
 	var subs []tlogfmt.Submission
@@ -66,6 +70,30 @@ func TestScan(t *testing.T) {
 	}
 	if s.Has(tlogfmt.ArtifactStatusEvent, hashOf(1300)) {
 		t.Error("Has(a hash never logged) = true")
+	}
+
+	// MaxAge: a tree older than allowed (from the STH's time, no witnesses
+	// here) or dated ahead of the clock is refused before an entry is read.
+	for _, c := range []struct {
+		name string
+		now  time.Time
+		want string // "" for a scan that succeeds
+	}{
+		{"30 minutes old", s.Timestamp.Add(30 * time.Minute), ""},
+		{"2 hours old", s.Timestamp.Add(2 * time.Hour), fmt.Sprintf("log %s, tree size 300, was signed at %s, 2h0m0s ago, over the 1h0m0s allowed", origin, s.Timestamp.UTC().Format(time.RFC3339))},
+		{"4 minutes ahead", s.Timestamp.Add(-4 * time.Minute), ""},
+		{"10 minutes ahead", s.Timestamp.Add(-10 * time.Minute), fmt.Sprintf("was signed at %s, 10m0s ahead of this clock", s.Timestamp.UTC().Format(time.RFC3339))},
+	} {
+		t.Run("max age/"+c.name, func(t *testing.T) {
+			got, err := tlogaudit.Scan(context.Background(), tlogaudit.ScanOptions{BaseURL: srv.URL, Keys: []ed25519.PublicKey{key},
+				ArtifactTypes: []string{tlogfmt.ArtifactStatusEvent}, MaxAge: time.Hour, Now: func() time.Time { return c.now }})
+			switch {
+			case c.want == "" && (err != nil || got.TreeSize != 300):
+				t.Fatalf("scan: %v", err)
+			case c.want != "" && (!errors.Is(err, tlogaudit.ErrStaleTree) || !strings.Contains(err.Error(), c.want) || got != nil):
+				t.Fatalf("scan: %v %v, want ErrStaleTree with %q", got, err, c.want)
+			}
+		})
 	}
 
 	other := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32)).Public().(ed25519.PublicKey)

@@ -127,10 +127,16 @@ signed root) and every look-up answered from it: a marker's absence is
 then proved for that tree, whose log, size and time are printed. With
 --witness-keys, only a tree that --witnesses-required of those witnesses
 cosigned is read (a tree the log signed alone, such as a branch that
-leaves a marker out, is refused). Two URLs serving one log fail the
-check.`,
+leaves a marker out, is refused). A tree older than --max-tree-age
+(default 1h; from the newest trusted cosignature, or else the tree
+head's time) is refused: a live log re-signs its checkpoint every few
+minutes, and an older tree would not hold markers written since. Two
+URLs serving one log fail the check.`,
 		Args: cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if checkAnchor.keyFile == "" || len(checkAnchor.urls) == 0 {
+				return usage(cmd, "--anchor-key-file and --tlog-url are required")
+			}
 			return checkAnchor.checkScan(cmd)
 		},
 		RunE: checkStore.withStore(func(cmd *cobra.Command, _ []string, st store.Store) error {
@@ -183,6 +189,9 @@ type auditAnchorFlags struct {
 	// must carry (--scan only).
 	witnessKeys       string
 	witnessesRequired int
+	// maxTreeAge bounds how old a scanned tree may be (--scan only; 0:
+	// not checked).
+	maxTreeAge time.Duration
 }
 
 func (f *auditAnchorFlags) register(cmd *cobra.Command) {
@@ -191,6 +200,7 @@ func (f *auditAnchorFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.logKeys, "tlog-log-keys", os.Getenv("KEYSVC_TLOG_LOG_KEYS"), "JWK Set file of the logs' keys (env KEYSVC_TLOG_LOG_KEYS): the logs' tree heads must verify with one of them; default: each log's own jwks.json, which then vouches for itself")
 	cmd.Flags().StringVar(&f.witnessKeys, "witness-keys", "", "with --scan: witness verifier keys you trust (C2SP signed-note vkeys, one per line; # comments); each scanned tree's checkpoint must carry --witnesses-required of their cosignatures, so that a tree the log signed alone (a branch that leaves a marker out) is refused")
 	cmd.Flags().IntVar(&f.witnessesRequired, "witnesses-required", 1, "with --witness-keys: how many distinct trusted witnesses must have cosigned each scanned tree")
+	cmd.Flags().DurationVar(&f.maxTreeAge, "max-tree-age", time.Hour, "with --scan: refuse a tree older than this, measured from the newest trusted witness cosignature (with --witness-keys) or else the tree head's own time; a live log re-signs its checkpoint every few minutes, so an older tree is one from before markers written since. 0 turns the check off (an archived copy of a log)")
 	cmd.Flags().BoolVar(&f.scan, "scan", false, "read every entry of each log against its newest signed tree head (C2SP tlog-tiles; needs --tlog-log-keys) and answer every look-up from it: that a marker of a later state is absent is then proved as of that tree, not taken from the log's unsigned \"not found\". Costs every entry's bytes: a monitor's check")
 }
 
@@ -201,11 +211,17 @@ func (f *auditAnchorFlags) checkScan(cmd *cobra.Command) error {
 	if f.scan && f.logKeys == "" {
 		return usage(cmd, "--scan needs --tlog-log-keys (or KEYSVC_TLOG_LOG_KEYS): a log read in full proves what it does not hold only under keys it does not serve itself")
 	}
-	if !f.scan && (f.witnessKeys != "" || cmd.Flags().Changed("witnesses-required")) {
-		return usage(cmd, "--witness-keys and --witnesses-required apply to the trees --scan reads: add --scan")
+	if !f.scan && (f.witnessKeys != "" || cmd.Flags().Changed("witnesses-required") || cmd.Flags().Changed("max-tree-age")) {
+		return usage(cmd, "--witness-keys, --witnesses-required and --max-tree-age apply to the trees --scan reads: add --scan")
 	}
 	if f.witnessKeys != "" && f.witnessesRequired < 1 {
 		return usage(cmd, "--witnesses-required must be at least 1")
+	}
+	if f.maxTreeAge < 0 {
+		return usage(cmd, "--max-tree-age must not be negative (0 turns the check off)")
+	}
+	if f.keyFile != "" && len(f.urls) == 0 {
+		return usage(cmd, "--anchor-key-file needs --tlog-url: the transparency log(s) the node anchors key history in")
 	}
 	return nil
 }
@@ -261,7 +277,7 @@ func (f *auditAnchorFlags) anchor(ctx context.Context, st store.Store, w, stderr
 				witnesses = append(witnesses, k.VKey)
 			}
 		}
-		if cfg.Scanned, err = scanLogs(ctx, f.urls, keys, witnesses, f.witnessesRequired, w); err != nil {
+		if cfg.Scanned, err = scanLogs(ctx, f.urls, keys, witnesses, f.witnessesRequired, f.maxTreeAge, w); err != nil {
 			return nil, err
 		}
 	}
@@ -280,8 +296,9 @@ const staleTreeOverPlainHTTP = `the log is reached over plain HTTP: whoever is o
 // whose entries do not hash to its signed root fails the check, and so do
 // two URLs serving one log (log_id): the answers of all logs are joined,
 // so a tree served in place of another log's would hide that log's
-// markers.
-func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witnesses []string, witnessesRequired int, w io.Writer) (func([32]byte) bool, error) {
+// markers. maxAge > 0 refuses a tree older than that
+// (tlogaudit.ScanOptions.MaxAge).
+func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witnesses []string, witnessesRequired int, maxAge time.Duration, w io.Writer) (func([32]byte) bool, error) {
 	var pubs []ed25519.PublicKey
 	for _, k := range pinned.Keys {
 		if pub, ok := k.Public.(ed25519.PublicKey); ok {
@@ -294,7 +311,7 @@ func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witness
 	var scans []*tlogaudit.Scanned
 	byLog := map[string]string{}
 	for _, u := range urls {
-		opts := tlogaudit.ScanOptions{BaseURL: u, Keys: pubs, ArtifactTypes: []string{tlogclient.ArtifactStatusEvent}}
+		opts := tlogaudit.ScanOptions{BaseURL: u, Keys: pubs, ArtifactTypes: []string{tlogclient.ArtifactStatusEvent}, MaxAge: maxAge}
 		if len(witnesses) > 0 {
 			opts.WitnessVKeys, opts.WitnessesRequired = witnesses, witnessesRequired
 		}

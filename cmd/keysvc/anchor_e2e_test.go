@@ -486,6 +486,13 @@ func anchorAttacks(t *testing.T, pgURL string) {
 		if out, code := run("audit", "verify", "--scan"); code != 0 || !scanned.MatchString(out) || !strings.Contains(out, fmt.Sprintf("%d of %d rows anchored", len(rows), len(rows))) {
 			t.Fatalf("audit verify --scan: %d %s", code, out)
 		}
+		// A tree older than --max-tree-age (here any tree: 1 ms) is not
+		// read: the log could be serving one from before the marker.
+		out, code = run("anchor", "check", "--scan", "--max-tree-age", "1ms")
+		if code != 1 || !strings.Contains(out, "--scan "+proxy.URL+": tlogaudit: the scanned tree is stale: log ") || !strings.Contains(out, "over the 1ms allowed") ||
+			strings.Contains(out, "key history backed") {
+			t.Fatalf("anchor check --scan --max-tree-age 1ms: %d %s", code, out)
+		}
 		// A witness required that never cosigned this log's trees: the
 		// scan reads no tree at all.
 		_, witnessVKey, err := note.GenerateKey(rand.Reader, "witness.example.test/never")

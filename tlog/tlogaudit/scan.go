@@ -44,6 +44,18 @@ type ScanOptions struct {
 	// log signed alone — a branch that leaves entries out — is refused.
 	WitnessVKeys      []string
 	WitnessesRequired int
+	// MaxAge, when > 0, bounds how old the scanned tree may be: the newest
+	// trusted cosignature's time when WitnessesRequired > 0 (a witness
+	// cosigns only the newest tree it has seen, so its timestamp says no
+	// later tree existed then), else the STH's own timestamp. A log
+	// re-signs its checkpoint even when idle (Tessera: every 10 minutes),
+	// so a live log's tree is minutes old; an older one is a log — or a
+	// path — serving a tree from before markers written since, and Scan
+	// fails with ErrStaleTree. A time more than MaxClockSkew ahead of Now
+	// fails too. Zero: not checked.
+	MaxAge time.Duration
+	// Now is the clock MaxAge is measured against (default time.Now).
+	Now func() time.Time
 	// Client is the HTTP client (default: one with a 30 s timeout per
 	// request; redirects only within the log's origin).
 	Client *http.Client
@@ -84,6 +96,15 @@ func (s *Scanned) Has(artifactType string, hash [32]byte) bool {
 	return ok
 }
 
+// ErrStaleTree is the error (wrapped) of a scan whose tree is older than
+// ScanOptions.MaxAge, or dated ahead of the clock by more than
+// MaxClockSkew.
+var ErrStaleTree = errors.New("tlogaudit: the scanned tree is stale")
+
+// MaxClockSkew is how far ahead of the scanner's clock a tree's time may
+// be under ScanOptions.MaxAge.
+const MaxClockSkew = 5 * time.Minute
+
 // maxBundleBytes bounds one entry bundle: 256 entries of at most 64 KiB
 // each (C2SP tlog-tiles' two-byte length prefix).
 const maxBundleBytes = 256 * (2 + 65535)
@@ -98,8 +119,9 @@ const maxBundleBytes = 256 * (2 + 65535)
 // many cosignatures by opts.WitnessVKeys first. Errors: *Inconsistency
 // when the log serves something its signed tree does not hold (a
 // malformed leaf, a missing or extra entry, a root other than the STH's)
-// or a tree too few trusted witnesses cosigned; any other error when the
-// scan could not run.
+// or a tree too few trusted witnesses cosigned; ErrStaleTree (wrapped)
+// when opts.MaxAge is set and the tree is older (checked before any entry
+// is read); any other error when the scan could not run.
 // Cost: one request per 256 entries and every entry's bytes, so for a
 // large log this is a monitor's job, not a per-request check.
 func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
@@ -140,6 +162,11 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 		cosigs, err = tlogfmt.VerifyCosignatures(latest.Checkpoint, opts.WitnessVKeys)
 		if err != nil || len(cosigs) < opts.WitnessesRequired {
 			return bad("the checkpoint carries %d of the %d witness cosignatures required", len(cosigs), opts.WitnessesRequired)
+		}
+	}
+	if opts.MaxAge > 0 {
+		if err := checkTreeAge(sth, cosigs, opts); err != nil {
+			return nil, err
 		}
 	}
 	// Stop the bundle fetches still in flight when the scan ends early.
@@ -195,6 +222,34 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 		return bad("the entries hash to root %x, the STH names %x", got, sth.RootHash)
 	}
 	return s, nil
+}
+
+// checkTreeAge holds the tree of sth to opts.MaxAge: its newest trusted
+// cosignature's time when witnesses are required (cosigs), else the STH's.
+func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, opts ScanOptions) error {
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	at, what := sth.Timestamp, "signed"
+	if opts.WitnessesRequired > 0 {
+		at, what = cosigs[0].Timestamp, "last cosigned by a trusted witness"
+		for _, c := range cosigs[1:] {
+			if c.Timestamp.After(at) {
+				at = c.Timestamp
+			}
+		}
+	}
+	t := now()
+	switch age := t.Sub(at); {
+	case age > opts.MaxAge:
+		return fmt.Errorf("%w: log %s, tree size %d, was %s at %s, %s ago, over the %s allowed: the log (or whoever answers for it) serves a tree from before anything written since; a live log re-signs its checkpoint every few minutes",
+			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), age.Round(time.Second), opts.MaxAge)
+	case -age > MaxClockSkew:
+		return fmt.Errorf("%w: log %s, tree size %d, was %s at %s, %s ahead of this clock (%s)",
+			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), (-age).Round(time.Second), t.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // namedKeys names keys for the log_id an STH claims (its payload, read
