@@ -128,8 +128,8 @@ then proved for that tree, whose log, size and time are printed. With
 --witness-keys, only a tree that --witnesses-required of those witnesses
 cosigned is read (a tree the log signed alone, such as a branch that
 leaves a marker out, is refused). A tree older than --max-tree-age
-(default 1h; from the newest trusted cosignature, or else the tree
-head's time) is refused: a live log re-signs its checkpoint every few
+(default 1h; from the K-th newest trusted cosignature, or else the
+tree head's time) is refused: a live log re-signs its checkpoint every few
 minutes, and an older tree would not hold markers written since. Two
 URLs serving one log fail the check.`,
 		Args: cobra.NoArgs,
@@ -200,7 +200,7 @@ func (f *auditAnchorFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.logKeys, "tlog-log-keys", os.Getenv("KEYSVC_TLOG_LOG_KEYS"), "JWK Set file of the logs' keys (env KEYSVC_TLOG_LOG_KEYS): the logs' tree heads must verify with one of them; default: each log's own jwks.json, which then vouches for itself")
 	cmd.Flags().StringVar(&f.witnessKeys, "witness-keys", "", "with --scan: witness verifier keys you trust (C2SP signed-note vkeys, one per line; # comments); each scanned tree's checkpoint must carry --witnesses-required of their cosignatures, so that a tree the log signed alone (a branch that leaves a marker out) is refused")
 	cmd.Flags().IntVar(&f.witnessesRequired, "witnesses-required", 1, "with --witness-keys: how many distinct trusted witnesses must have cosigned each scanned tree")
-	cmd.Flags().DurationVar(&f.maxTreeAge, "max-tree-age", time.Hour, "with --scan: refuse a tree older than this, measured from the newest trusted witness cosignature (with --witness-keys) or else the tree head's own time; a live log re-signs its checkpoint every few minutes, so an older tree is one from before markers written since. 0 turns the check off (an archived copy of a log)")
+	cmd.Flags().DurationVar(&f.maxTreeAge, "max-tree-age", time.Hour, "with --scan: refuse a tree older than this, measured from the --witnesses-required-th newest trusted cosignature (with --witness-keys) or else the tree head's own time; a live log re-signs its checkpoint every few minutes, so an older tree is one from before markers written since. 0 turns the check off (an archived copy of a log)")
 	cmd.Flags().BoolVar(&f.scan, "scan", false, "read every entry of each log against its newest signed tree head (C2SP tlog-tiles; needs --tlog-log-keys) and answer every look-up from it: that a marker of a later state is absent is then proved as of that tree, not taken from the log's unsigned \"not found\". Costs every entry's bytes: a monitor's check")
 }
 

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,10 +45,12 @@ type ScanOptions struct {
 	// log signed alone — a branch that leaves entries out — is refused.
 	WitnessVKeys      []string
 	WitnessesRequired int
-	// MaxAge, when > 0, bounds how old the scanned tree may be: the newest
-	// trusted cosignature's time when WitnessesRequired > 0 (a witness
-	// cosigns only the newest tree it has seen, so its timestamp says no
-	// later tree existed then), else the STH's own timestamp. A log
+	// MaxAge, when > 0, bounds how old the scanned tree may be: measured
+	// from the WitnessesRequired-th newest trusted cosignature when
+	// WitnessesRequired > 0 (a witness cosigns only the newest tree it has
+	// seen, so its timestamp says no later tree existed then, and K
+	// witnesses must say so as K must cosign), else from the STH's own
+	// timestamp. A log
 	// re-signs its checkpoint even when idle (Tessera: every 10 minutes),
 	// so a live log's tree is minutes old; an older one is a log — or a
 	// path — serving a tree from before markers written since, and Scan
@@ -224,20 +227,26 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 	return s, nil
 }
 
-// checkTreeAge holds the tree of sth to opts.MaxAge: its newest trusted
-// cosignature's time when witnesses are required (cosigs), else the STH's.
+// checkTreeAge holds the tree of sth to opts.MaxAge: its
+// opts.WitnessesRequired-th newest trusted cosignature's time when
+// witnesses are required (cosigs, at least that many), else the STH's.
 func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, opts ScanOptions) error {
 	now := time.Now
 	if opts.Now != nil {
 		now = opts.Now
 	}
 	at, what := sth.Timestamp, "signed"
-	if opts.WitnessesRequired > 0 {
-		at, what = cosigs[0].Timestamp, "last cosigned by a trusted witness"
-		for _, c := range cosigs[1:] {
-			if c.Timestamp.After(at) {
-				at = c.Timestamp
-			}
+	if k := opts.WitnessesRequired; k > 0 {
+		// The K-th newest cosignature: K witnesses must vouch for the
+		// tree's freshness, as K must for the tree itself.
+		ts := make([]time.Time, len(cosigs))
+		for i, c := range cosigs {
+			ts[i] = c.Timestamp
+		}
+		slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
+		at, what = ts[k-1], "last cosigned by a trusted witness"
+		if k > 1 {
+			what = fmt.Sprintf("last cosigned by %d trusted witnesses", k)
 		}
 	}
 	t := now()
