@@ -285,6 +285,12 @@ func TestWitnessCosignsCheckpoints(t *testing.T) {
 	if _, err := tlogaudit.Audit(context.Background(), opts); err != nil {
 		t.Fatalf("audit with the witness required: %v", err)
 	}
+	// The monitor holds the newest tree to MaxAge from its cosignature.
+	opts.MaxAge, opts.Now = time.Hour, func() time.Time { return time.Now().Add(2 * time.Hour) }
+	if _, err := tlogaudit.Audit(context.Background(), opts); !errors.Is(err, tlogaudit.ErrStaleTree) || !strings.Contains(err.Error(), "was last cosigned by a trusted witness at ") {
+		t.Fatalf("audit two hours after the newest cosignature: %v", err)
+	}
+	opts.MaxAge, opts.Now = 0, nil
 	other := tlogtest.StartLitewitness(t, "witness.example.test/other")
 	opts.WitnessVKeys = []string{other.VKey}
 	var inc *tlogaudit.Inconsistency

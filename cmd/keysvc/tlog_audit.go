@@ -17,7 +17,7 @@ import (
 func newTlogAuditCmd() *cobra.Command {
 	var logKeys, witnessKeys []string
 	var required int
-	var timeout time.Duration
+	var timeout, maxAge time.Duration
 	cmd := &cobra.Command{
 		Use:   "audit URL",
 		Short: "Monitor a log: check every archived STH against the next with consistency proofs",
@@ -27,11 +27,20 @@ timestamps never go back, and each STH is consistent with the next (RFC
 9162 consistency proofs, verified here). The log's current STH must extend
 the archive. With --witnesses-required K, the newest checkpoint must carry
 K valid cosignatures from --witness-key (the published checkpoint, GET sth).
+The newest tree must be no older than --max-tree-age (default 1h; from
+the K-th newest cosignature with --witnesses-required, else the STH's
+time): a live log re-signs its checkpoint every 10 minutes even when
+idle, so an older one is a log that stopped publishing (frozen) or an old
+answer replayed.
 
 Exit status: 0 when the log checks out, 1 naming the first inconsistent
-STH or pair, 2 when the audit could not run.`,
+STH or pair (INCONSISTENT) or a stale newest tree (STALE), 2 when the
+audit could not run.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if maxAge < 0 {
+				return usage(cmd, "--max-tree-age must not be negative (0 turns the check off)")
+			}
 			var keys []tlogfmt.LogKey
 			for _, lk := range logKeys {
 				v := lk
@@ -48,11 +57,14 @@ STH or pair, 2 when the audit could not run.`,
 				return errors.New("--log-key is required (the log's verifier key, from keysvc tlog keygen, configured out of band)")
 			}
 			ctx := cmd.Context()
-			rep, err := tlogaudit.Audit(ctx, tlogaudit.Options{BaseURL: args[0], Keys: keys, WitnessVKeys: witnessKeys, WitnessesRequired: required, Client: sameorigin.Client(timeout)})
+			rep, err := tlogaudit.Audit(ctx, tlogaudit.Options{BaseURL: args[0], Keys: keys, WitnessVKeys: witnessKeys, WitnessesRequired: required, MaxAge: maxAge, Client: sameorigin.Client(timeout)})
 			var inc *tlogaudit.Inconsistency
 			switch {
 			case errors.As(err, &inc):
 				fmt.Fprintln(cmd.OutOrStdout(), "INCONSISTENT:", inc.Error())
+				return exitError{1}
+			case errors.Is(err, tlogaudit.ErrStaleTree):
+				fmt.Fprintln(cmd.OutOrStdout(), "STALE:", err.Error())
 				return exitError{1}
 			case err != nil:
 				fmt.Fprintln(cmd.ErrOrStderr(), "keysvc: audit could not run:", err)
@@ -66,5 +78,6 @@ STH or pair, 2 when the audit could not run.`,
 	cmd.Flags().StringArrayVar(&witnessKeys, "witness-key", nil, "a trusted witness's verifier key (repeatable)")
 	cmd.Flags().IntVar(&required, "witnesses-required", 0, "cosignatures the newest checkpoint must carry")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "limit on each HTTP request")
+	cmd.Flags().DurationVar(&maxAge, "max-tree-age", time.Hour, "the newest tree may be no older than this (from the --witnesses-required-th newest cosignature, else the STH's time); 0 turns the check off")
 	return cmd
 }

@@ -347,6 +347,14 @@ func TestTlogAuditDetectsTampering(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "ok: ") {
 		t.Fatalf("audit of an untouched log: exit %d\n%s%s", code, out, stderr)
 	}
+	// A newest tree older than --max-tree-age (here any tree: 1 ms) is a
+	// log that stopped publishing: exit 1, STALE. (An STH's time is whole
+	// seconds rounded up, so the tree is first let age past that second.)
+	time.Sleep(1500 * time.Millisecond)
+	out, stderr, code = runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey, "--max-tree-age", "1ms")
+	if want := "STALE: tlogaudit: the tree is stale: log "; code != 1 || !strings.HasPrefix(out, want) || !strings.Contains(out, ", tree size 12, was signed at ") {
+		t.Fatalf("audit with --max-tree-age 1ms: exit %d, want 1 with %q\n%s%s", code, want, out, stderr)
+	}
 	srv.stop(t)
 
 	db, err := sql.Open("sqlite", filepath.Join(dir, "state.db"))

@@ -5,7 +5,7 @@
 // back, and each STH must be consistent with the next one (RFC 9162
 // §2.1.4 consistency proofs from GET consistency, checked with
 // github.com/transparency-dev/merkle). The newest GET sth must be in the
-// archive.
+// archive and, with Options.MaxAge, no older than that (a frozen log).
 package tlogaudit
 
 import (
@@ -42,6 +42,12 @@ type Options struct {
 	// cosignatures from these keys.
 	WitnessVKeys      []string
 	WitnessesRequired int
+	// MaxAge and Now bound the age of the tree GET sth serves, as
+	// ScanOptions.MaxAge does for a scan: a log that stopped publishing
+	// (frozen, or a path replaying an old answer) fails with ErrStaleTree.
+	// Zero: not checked.
+	MaxAge time.Duration
+	Now    func() time.Time
 	// Client is the HTTP client (default: one with a 30 s timeout).
 	Client *http.Client
 	// PageSize is the archive page size (default 1000).
@@ -83,6 +89,9 @@ type checked struct {
 }
 
 // Audit checks the log at opts.BaseURL; see the package documentation.
+// Errors: *Inconsistency when the log is at fault; ErrStaleTree (wrapped)
+// when its newest tree is older than opts.MaxAge; any other error when
+// the audit could not run.
 func Audit(ctx context.Context, opts Options) (Report, error) {
 	if len(opts.Keys) == 0 {
 		return Report{}, errors.New("tlogaudit: no log key")
@@ -156,13 +165,19 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 		}
 		rep.ConsistencyProofs += n
 	}
+	var cos []tlogfmt.Cosignature
 	if opts.WitnessesRequired > 0 {
 		// The published checkpoint (GET sth) carries the cosignatures; the
 		// newest archived tree may still be waiting for its witnesses.
-		cos, err := tlogfmt.VerifyCosignatures(latest.Checkpoint, opts.WitnessVKeys)
+		cos, err = tlogfmt.VerifyCosignatures(latest.Checkpoint, opts.WitnessVKeys)
 		if err != nil || len(cos) < opts.WitnessesRequired {
 			return rep, &Inconsistency{First: int64(sth.TreeSize), Second: -1,
 				Reason: fmt.Sprintf("checkpoint carries %d of the %d witness cosignatures required", len(cos), opts.WitnessesRequired)}
+		}
+	}
+	if opts.MaxAge > 0 {
+		if err := checkTreeAge(sth, cos, opts.WitnessesRequired, opts.MaxAge, opts.Now); err != nil {
+			return rep, err
 		}
 	}
 	return rep, nil

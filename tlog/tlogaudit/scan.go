@@ -99,10 +99,10 @@ func (s *Scanned) Has(artifactType string, hash [32]byte) bool {
 	return ok
 }
 
-// ErrStaleTree is the error (wrapped) of a scan whose tree is older than
-// ScanOptions.MaxAge, or dated ahead of the clock by more than
-// MaxClockSkew.
-var ErrStaleTree = errors.New("tlogaudit: the scanned tree is stale")
+// ErrStaleTree is the error (wrapped) of a scan or an audit whose newest
+// tree is older than ScanOptions.MaxAge (Options.MaxAge), or dated ahead
+// of the clock by more than MaxClockSkew.
+var ErrStaleTree = errors.New("tlogaudit: the tree is stale")
 
 // MaxClockSkew is how far ahead of the scanner's clock a tree's time may
 // be under ScanOptions.MaxAge.
@@ -168,7 +168,7 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 		}
 	}
 	if opts.MaxAge > 0 {
-		if err := checkTreeAge(sth, cosigs, opts); err != nil {
+		if err := checkTreeAge(sth, cosigs, opts.WitnessesRequired, opts.MaxAge, opts.Now); err != nil {
 			return nil, err
 		}
 	}
@@ -227,16 +227,15 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 	return s, nil
 }
 
-// checkTreeAge holds the tree of sth to opts.MaxAge: its
-// opts.WitnessesRequired-th newest trusted cosignature's time when
-// witnesses are required (cosigs, at least that many), else the STH's.
-func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, opts ScanOptions) error {
-	now := time.Now
-	if opts.Now != nil {
-		now = opts.Now
+// checkTreeAge holds the tree of sth to maxAge: its required-th newest
+// trusted cosignature's time when witnesses are required (cosigs, at
+// least that many), else the STH's. now nil is time.Now.
+func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, required int, maxAge time.Duration, now func() time.Time) error {
+	if now == nil {
+		now = time.Now
 	}
 	at, what := sth.Timestamp, "signed"
-	if k := opts.WitnessesRequired; k > 0 {
+	if k := required; k > 0 {
 		// The K-th newest cosignature: K witnesses must vouch for the
 		// tree's freshness, as K must for the tree itself.
 		ts := make([]time.Time, len(cosigs))
@@ -251,9 +250,9 @@ func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, opts ScanOption
 	}
 	t := now()
 	switch age := t.Sub(at); {
-	case age > opts.MaxAge:
+	case age > maxAge:
 		return fmt.Errorf("%w: log %s, tree size %d, was %s at %s, %s ago, over the %s allowed: the log (or whoever answers for it) serves a tree from before anything written since; a live log re-signs its checkpoint every few minutes",
-			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), age.Round(time.Second), opts.MaxAge)
+			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), age.Round(time.Second), maxAge)
 	case -age > MaxClockSkew:
 		return fmt.Errorf("%w: log %s, tree size %d, was %s at %s, %s ahead of this clock (%s)",
 			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), (-age).Round(time.Second), t.UTC().Format(time.RFC3339))

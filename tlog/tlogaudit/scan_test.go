@@ -31,14 +31,14 @@ func TestCheckTreeAge(t *testing.T) {
 		{"no witnesses: the STH", 0, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := checkTreeAge(sth, cosigs, ScanOptions{WitnessesRequired: c.required, MaxAge: time.Hour, Now: func() time.Time { return t0 }})
+			err := checkTreeAge(sth, cosigs, c.required, time.Hour, func() time.Time { return t0 })
 			if c.want == "" && err != nil || c.want != "" && (!errors.Is(err, ErrStaleTree) || !strings.Contains(err.Error(), c.want)) {
 				t.Fatalf("checkTreeAge: %v, want %q", err, c.want)
 			}
 		})
 	}
-	err := checkTreeAge(sth, nil, ScanOptions{MaxAge: time.Hour, Now: func() time.Time { return t0.Add(61 * time.Minute) }})
-	if want := "tlogaudit: the scanned tree is stale: log log.example.test/vrp, tree size 7, was signed at 2026-12-04T12:00:00Z, 1h1m0s ago, over the 1h0m0s allowed"; err == nil || !strings.HasPrefix(err.Error(), want) {
+	err := checkTreeAge(sth, nil, 0, time.Hour, func() time.Time { return t0.Add(61 * time.Minute) })
+	if want := "tlogaudit: the tree is stale: log log.example.test/vrp, tree size 7, was signed at 2026-12-04T12:00:00Z, 1h1m0s ago, over the 1h0m0s allowed"; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("checkTreeAge of an STH 61 minutes old: %v, want %q", err, want)
 	}
 }
