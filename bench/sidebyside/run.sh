@@ -139,7 +139,12 @@ fi
 
 tck=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, after the (comm) field
-rss_kib() { awk '/^VmRSS/{print $2}' "/proc/$1/status"; }
+# rss_kib PID: VmRSS, and its anonymous and file-backed parts. The file
+# part is the binary's pages mapped into the process, and it depends on the
+# page cache: a binary just built (every page cached) maps ~12 MiB more
+# through the kernel's fault-around than one read from disk after
+# `echo 3 > /proc/sys/vm/drop_caches` (docs/performance.md, session 34).
+rss_kib() { awk '/^VmRSS/{r=$2} /^RssAnon/{a=$2} /^RssFile/{f=$2} END{printf "%d (anon %d, file %d)", r, a, f}' "/proc/$1/status"; }
 
 echo "# side by side, $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); payload $(wc -c <"$data/payload.json") bytes, JWS signing input $(wc -c <"$data/signing-input.txt") bytes; tlog $tlog"
 echo "# keysvc idle RSS $(rss_kib "$kpid") KiB"
