@@ -198,7 +198,7 @@ func (f *auditAnchorFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.keyFile, "anchor-key-file", "", "the node's event key: also check every row against the heads anchored in the transparency log (--tlog-url)")
 	cmd.Flags().StringSliceVar(&f.urls, "tlog-url", nil, "transparency log(s) the node anchors key history in (repeatable)")
 	cmd.Flags().StringVar(&f.logKeys, "tlog-log-keys", os.Getenv("KEYSVC_TLOG_LOG_KEYS"), "JWK Set file of the logs' keys (env KEYSVC_TLOG_LOG_KEYS): the logs' tree heads must verify with one of them; default: each log's own jwks.json, which then vouches for itself")
-	cmd.Flags().StringVar(&f.witnessKeys, "witness-keys", "", "with --scan: witness verifier keys you trust (C2SP signed-note vkeys, one per line; # comments); each scanned tree's checkpoint must carry --witnesses-required of their cosignatures, so that a tree the log signed alone (a branch that leaves a marker out) is refused")
+	cmd.Flags().StringVar(&f.witnessKeys, "witness-keys", "", "with --scan: witness verifier keys you trust (C2SP signed-note vkeys, one per line; # comments), a file path or an http(s) URL as for keysvc verify; each scanned tree's checkpoint must carry --witnesses-required of their cosignatures, so that a tree the log signed alone (a branch that leaves a marker out) is refused")
 	cmd.Flags().IntVar(&f.witnessesRequired, "witnesses-required", 1, "with --witness-keys: how many distinct trusted witnesses must have cosigned each scanned tree")
 	cmd.Flags().DurationVar(&f.maxTreeAge, "max-tree-age", time.Hour, "with --scan: refuse a tree older than this, measured from the --witnesses-required-th newest trusted cosignature (with --witness-keys) or else the tree head's own time; a live log re-signs its checkpoint every few minutes, so an older tree is one from before markers written since. 0 turns the check off (an archived copy of a log)")
 	cmd.Flags().BoolVar(&f.scan, "scan", false, "read every entry of each log against its newest signed tree head (C2SP tlog-tiles; needs --tlog-log-keys) and answer every look-up from it: that a marker of a later state is absent is then proved as of that tree, not taken from the log's unsigned \"not found\". Costs every entry's bytes: a monitor's check")
@@ -262,9 +262,9 @@ func (f *auditAnchorFlags) anchor(ctx context.Context, st store.Store, w, stderr
 	if f.scan {
 		var witnesses []string
 		if f.witnessKeys != "" {
-			b, err := os.ReadFile(f.witnessKeys)
+			b, err := loadDocument(ctx, "--witness-keys", f.witnessKeys)
 			if err != nil {
-				return nil, fmt.Errorf("--witness-keys: %w", err)
+				return nil, err
 			}
 			ws, err := verifier.ParseWitnessKeys(b)
 			if err != nil {
