@@ -131,7 +131,10 @@ leaves a marker out, is refused). A tree older than --max-tree-age
 (default 1h; from the K-th newest trusted cosignature, or else the
 tree head's time) is refused: a live log re-signs its checkpoint every few
 minutes, and an older tree would not hold markers written since. Two
-URLs serving one log fail the check.`,
+URLs serving one log fail the check. With --scan, every anchor_events row
+signed more than 10 minutes before the newest scanned tree must be in one
+of the trees: one that is not is named (NOT LOGGED) and fails the check,
+for the log does not back it (never logged, or dropped by the log).`,
 		Args: cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if checkAnchor.keyFile == "" || len(checkAnchor.urls) == 0 {
@@ -161,7 +164,14 @@ URLs serving one log fail the check.`,
 			for _, r := range reasons {
 				fmt.Fprintln(w, "NOT BACKED: "+r)
 			}
-			if len(reasons) > 0 {
+			unlogged, err := checkAnchor.notLogged(cmd.Context(), st)
+			if err != nil {
+				return err
+			}
+			for _, l := range unlogged {
+				fmt.Fprintln(w, l)
+			}
+			if len(reasons)+len(unlogged) > 0 {
 				return exitError{code: 1}
 			}
 			n := 0
@@ -192,6 +202,10 @@ type auditAnchorFlags struct {
 	// maxTreeAge bounds how old a scanned tree may be (--scan only; 0:
 	// not checked).
 	maxTreeAge time.Duration
+	// scanned and scannedAt are what anchor read with --scan: whether a
+	// status event is in a scanned tree, and the newest tree's time.
+	scanned   func([32]byte) bool
+	scannedAt time.Time
 }
 
 func (f *auditAnchorFlags) register(cmd *cobra.Command) {
@@ -277,9 +291,10 @@ func (f *auditAnchorFlags) anchor(ctx context.Context, st store.Store, w, stderr
 				witnesses = append(witnesses, k.VKey)
 			}
 		}
-		if cfg.Scanned, err = scanLogs(ctx, f.urls, keys, witnesses, f.witnessesRequired, f.maxTreeAge, w); err != nil {
+		if f.scanned, f.scannedAt, err = scanLogs(ctx, f.urls, keys, witnesses, f.witnessesRequired, f.maxTreeAge, w); err != nil {
 			return nil, err
 		}
+		cfg.Scanned = f.scanned
 	}
 	return anchor.New(cfg)
 }
@@ -298,7 +313,7 @@ const staleTreeOverPlainHTTP = `the log is reached over plain HTTP: whoever is o
 // so a tree served in place of another log's would hide that log's
 // markers. maxAge > 0 refuses a tree older than that
 // (tlogaudit.ScanOptions.MaxAge).
-func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witnesses []string, witnessesRequired int, maxAge time.Duration, w io.Writer) (func([32]byte) bool, error) {
+func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witnesses []string, witnessesRequired int, maxAge time.Duration, w io.Writer) (has func([32]byte) bool, newest time.Time, err error) {
 	var pubs []ed25519.PublicKey
 	for _, k := range pinned.Keys {
 		if pub, ok := k.Public.(ed25519.PublicKey); ok {
@@ -306,7 +321,7 @@ func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witness
 		}
 	}
 	if len(pubs) == 0 {
-		return nil, errors.New("--scan: --tlog-log-keys holds no Ed25519 key (a log key is Ed25519)")
+		return nil, newest, errors.New("--scan: --tlog-log-keys holds no Ed25519 key (a log key is Ed25519)")
 	}
 	var scans []*tlogaudit.Scanned
 	byLog := map[string]string{}
@@ -317,10 +332,10 @@ func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witness
 		}
 		s, err := tlogaudit.Scan(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("--scan %s: %w", displayURL(u), err)
+			return nil, newest, fmt.Errorf("--scan %s: %w", displayURL(u), err)
 		}
 		if other, ok := byLog[s.LogID]; ok {
-			return nil, fmt.Errorf("--scan: %s and %s both serve log %s: each --tlog-url must be a log of its own", displayURL(other), displayURL(u), s.LogID)
+			return nil, newest, fmt.Errorf("--scan: %s and %s both serve log %s: each --tlog-url must be a log of its own", displayURL(other), displayURL(u), s.LogID)
 		}
 		byLog[s.LogID] = u
 		cosigned := ""
@@ -336,6 +351,9 @@ func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witness
 		fmt.Fprintf(w, "scanned %s: log %s, tree size %d (STH of %s%s), %d status events, every entry hashed to the signed root\n",
 			displayURL(u), s.LogID, s.TreeSize, s.Timestamp.Format(time.RFC3339), cosigned, s.Kept)
 		scans = append(scans, s)
+		if s.Timestamp.After(newest) {
+			newest = s.Timestamp
+		}
 	}
 	return func(h [32]byte) bool {
 		for _, s := range scans {
@@ -344,7 +362,43 @@ func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witness
 			}
 		}
 		return false
-	}, nil
+	}, newest, nil
+}
+
+// loggingGrace is how long after it was signed an anchoring event may
+// still be missing from the newest scanned tree: the node's default
+// --tlog-max-backlog-age, past which a node with the event still unlogged
+// turns unready.
+const loggingGrace = 10 * time.Minute
+
+// notLogged names, after a --scan, every anchor_events row that none of
+// the scanned trees holds although it was signed more than loggingGrace
+// before the newest of them: the node's own record that it signed the
+// event, without the log's. Either the node never got it logged (its
+// backlog) or a log dropped it after accepting it; either way the log does
+// not back it, and a database writer who removed it would leave no trace
+// there.
+func (f *auditAnchorFlags) notLogged(ctx context.Context, st store.Store) ([]string, error) {
+	if f.scanned == nil {
+		return nil, nil
+	}
+	as, ok := st.(store.AnchorStore)
+	if !ok {
+		return nil, errors.New("--scan: this store keeps no anchor_events")
+	}
+	evs, err := as.ListAnchorEvents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cutoff := f.scannedAt.Add(-loggingGrace)
+	var out []string
+	for _, ev := range evs {
+		if ev.CreatedAt.Before(cutoff) && !f.scanned(ev.Hash) {
+			out = append(out, fmt.Sprintf("NOT LOGGED: %s %s (%s), signed %s: in anchor_events, but in none of the scanned trees (the newest of %s): the node never got it logged, or a log dropped it",
+				ev.Kind, ev.Subject, tlogclient.FormatHash(ev.Hash), ev.CreatedAt.UTC().Format(time.RFC3339), f.scannedAt.UTC().Format(time.RFC3339)))
+		}
+	}
+	return out, nil
 }
 
 // verifyAnchored checks rows (an intact chain) against the log: every row

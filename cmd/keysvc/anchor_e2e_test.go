@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -520,6 +521,31 @@ func anchorAttacks(t *testing.T, pgURL string) {
 		if code != 1 || bundlesTampered.Load() == 0 || !strings.Contains(out, "--scan "+proxy.URL+": ") || !strings.Contains(out, ": the entries hash to root ") ||
 			strings.Contains(out, "key history backed") {
 			t.Fatalf("anchor check --scan with the marker dropped from the entry bundles (%d bundles changed): %d %s", bundlesTampered.Load(), code, out)
+		}
+	})
+	t.Run("an event the log never received", func(t *testing.T) {
+		// A row of anchor_events signed two hours before the newest tree
+		// that no scanned tree holds: the node's own record of an event
+		// without the log's (never logged, or dropped by the log). --scan
+		// names it; without the row the check passes again.
+		pinned := filepath.Join(e.dir, "log-keys.json")
+		never := sha256.Sum256([]byte("an anchoring event no log received"))
+		signed := time.Now().Add(-2 * time.Hour).Truncate(time.Second)
+		db.exec(t, `INSERT INTO anchor_events (artifact_hash, kind, subject, jws, created_at) VALUES (?, ?, ?, ?, ?)`,
+			never[:], "version", "villa-never-logged", "e30.e30.AA", db.ts(&signed))
+		run := func() (string, int) {
+			t.Helper()
+			out, errOut, code := runCLI(t, e.env, "anchor", "check", "--scan", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", logSrv.URL, "--tlog-log-keys", pinned)
+			return out + errOut, code
+		}
+		want := fmt.Sprintf("NOT LOGGED: version villa-never-logged (%s), signed %s: in anchor_events, but in none of the scanned trees (the newest of ",
+			tlogclient.FormatHash(never), signed.UTC().Format(time.RFC3339))
+		if out, code := run(); code != 1 || !strings.Contains(out, want) || strings.Contains(out, "NOT BACKED") || strings.Contains(out, "key history backed") {
+			t.Fatalf("anchor check --scan with an event no log received: %d %s", code, out)
+		}
+		db.exec(t, `DELETE FROM anchor_events WHERE artifact_hash = ?`, never[:])
+		if out, code := run(); code != 0 || strings.Contains(out, "NOT LOGGED") || !strings.Contains(out, "key history backed by the transparency log") {
+			t.Fatalf("anchor check --scan once the row is gone: %d %s", code, out)
 		}
 	})
 	if db.pg {
