@@ -49,6 +49,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/keysvc/keysvc/client"
+	"github.com/keysvc/keysvc/internal/sameorigin"
 	"github.com/keysvc/keysvc/internal/strictjson"
 	"github.com/keysvc/keysvc/signer"
 )
@@ -291,9 +292,12 @@ func New(ctx context.Context, cfg Config) (*Signer, error) {
 }
 
 // pooledClient keeps up to 2×workers idle connections to keysvc, each for
-// up to 110 s (keysvc closes idle connections after 120 s).
+// up to 110 s (keysvc closes idle connections after 120 s). Like
+// client.New's, it follows a redirect only within keysvc's origin
+// (internal/sameorigin): another server must not hand the node a
+// signature in keysvc's name.
 func pooledClient(workers int, timeout time.Duration) *http.Client {
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+	return &http.Client{Timeout: timeout, CheckRedirect: sameorigin.CheckRedirect, Transport: &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		DialContext:         (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        2 * workers,

@@ -508,7 +508,8 @@ func TestKeepWarm(t *testing.T) {
 }
 
 // TestNewErrors: a signer does not start against an unknown key or an
-// unreachable keysvc, or without its configuration.
+// unreachable keysvc, without its configuration, or through a redirect to
+// another origin.
 func TestNewErrors(t *testing.T) {
 	ks := startKeysvc(t)
 	ctx := context.Background()
@@ -528,5 +529,15 @@ func TestNewErrors(t *testing.T) {
 	_, err := mcpnode.New(ctx, mcpnode.Config{URL: ks.URL, Token: ks.token, Key: "nope"})
 	if !errors.As(err, &ce) || ce.Status != http.StatusNotFound {
 		t.Fatalf("unknown key error %v", err)
+	}
+	// A keysvc URL that redirects to another origin (here the real
+	// keysvc, behind a redirect from another port) is refused: the node's
+	// pooled client follows redirects only within the origin it was given.
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, ks.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer redirect.Close()
+	if _, err := mcpnode.New(ctx, mcpnode.Config{URL: redirect.URL, Token: ks.token, Key: "villa"}); err == nil || !strings.Contains(err.Error(), "redirect to another origin ("+ks.URL+"/v1/keys/villa/") {
+		t.Fatalf("keysvc behind a redirect to another origin: %v", err)
 	}
 }

@@ -302,7 +302,7 @@ func TestWitnessCosignsCheckpoints(t *testing.T) {
 	scan := tlogaudit.ScanOptions{BaseURL: srv.URL, Keys: []ed25519.PublicKey{pub.(ed25519.PublicKey)}, ArtifactTypes: []string{"vrp_attestation"},
 		WitnessVKeys: []string{w.VKey}, WitnessesRequired: 1}
 	sc, err := tlogaudit.Scan(context.Background(), scan)
-	if err != nil || sc.TreeSize != 1 || sc.Kept != 1 || len(sc.Cosignatures) != 1 || sc.Cosignatures[0].Name != w.Name {
+	if err != nil || sc.TreeSize != 1 || sc.Kept != 1 || len(sc.Cosignatures) != 1 || sc.Cosignatures[0].Name != w.Name || !sc.CurrentAt.Equal(sc.Cosignatures[0].Timestamp) {
 		t.Fatalf("scan with the witness required: %+v %v", sc, err)
 	}
 	// With witnesses required, a tree's age is its newest cosignature's,

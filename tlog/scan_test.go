@@ -57,7 +57,7 @@ func TestScan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.LogID != origin || s.TreeSize != 300 || s.Kept != 43 {
+	if s.LogID != origin || s.TreeSize != 300 || s.Kept != 43 || !s.CurrentAt.Equal(s.Timestamp) {
 		t.Fatalf("scanned log %q, tree size %d, %d status events; want %q, 300, 43", s.LogID, s.TreeSize, s.Kept, origin)
 	}
 	for i := range 300 {

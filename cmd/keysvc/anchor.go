@@ -127,14 +127,14 @@ signed root) and every look-up answered from it: a marker's absence is
 then proved for that tree, whose log, size and time are printed. With
 --witness-keys, only a tree that --witnesses-required of those witnesses
 cosigned is read (a tree the log signed alone, such as a branch that
-leaves a marker out, is refused). A tree older than --max-tree-age
-(default 1h; from the K-th newest trusted cosignature, or else the
-tree head's time) is refused: a live log re-signs its checkpoint every few
-minutes, and an older tree would not hold markers written since. Two
-URLs serving one log fail the check. With --scan, every anchor_events row
-signed more than 10 minutes before the newest scanned tree must be in one
-of the trees: one that is not is named (NOT LOGGED) and fails the check,
-for the log does not back it (never logged, or dropped by the log).`,
+leaves a marker out, is refused), and a tree whose K-th newest trusted
+cosignature is older than --max-tree-age (default 1h) is refused: a log
+has its witnesses cosign again every 10 minutes even when idle, and an
+older tree would not hold markers written since. Two URLs serving one
+log fail the check. Every anchor_events row signed more than
+--max-log-delay (15m) before the scanned trees were last known current
+must be in one of them: one that is not is named (NOT LOGGED) and fails
+the check, for the log does not back it (never logged, or dropped).`,
 		Args: cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if checkAnchor.keyFile == "" || len(checkAnchor.urls) == 0 {
@@ -202,8 +202,12 @@ type auditAnchorFlags struct {
 	// maxTreeAge bounds how old a scanned tree may be (--scan only; 0:
 	// not checked).
 	maxTreeAge time.Duration
+	// maxLogDelay is how long after it was signed an anchoring event may
+	// be missing from the scanned trees (--scan only).
+	maxLogDelay time.Duration
 	// scanned and scannedAt are what anchor read with --scan: whether a
-	// status event is in a scanned tree, and the newest tree's time.
+	// status event is in a scanned tree, and the latest time a scanned
+	// tree is known to have been its log's newest (Scanned.CurrentAt).
 	scanned   func([32]byte) bool
 	scannedAt time.Time
 }
@@ -214,7 +218,8 @@ func (f *auditAnchorFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.logKeys, "tlog-log-keys", os.Getenv("KEYSVC_TLOG_LOG_KEYS"), "JWK Set file of the logs' keys (env KEYSVC_TLOG_LOG_KEYS): the logs' tree heads must verify with one of them; default: each log's own jwks.json, which then vouches for itself")
 	cmd.Flags().StringVar(&f.witnessKeys, "witness-keys", "", "with --scan: witness verifier keys you trust (C2SP signed-note vkeys, one per line; # comments), a file path or an http(s) URL as for keysvc verify; each scanned tree's checkpoint must carry --witnesses-required of their cosignatures, so that a tree the log signed alone (a branch that leaves a marker out) is refused")
 	cmd.Flags().IntVar(&f.witnessesRequired, "witnesses-required", 1, "with --witness-keys: how many distinct trusted witnesses must have cosigned each scanned tree")
-	cmd.Flags().DurationVar(&f.maxTreeAge, "max-tree-age", time.Hour, "with --scan: refuse a tree older than this, measured from the --witnesses-required-th newest trusted cosignature (with --witness-keys) or else the tree head's own time; a live log re-signs its checkpoint every few minutes, so an older tree is one from before markers written since. 0 turns the check off (an archived copy of a log)")
+	cmd.Flags().DurationVar(&f.maxTreeAge, "max-tree-age", time.Hour, "with --scan and --witness-keys: refuse a tree whose --witnesses-required-th newest trusted cosignature is older than this (a log has its witnesses cosign again every 10 minutes even when idle, so an older tree is one from before markers written since); 0 turns the check off (an archived copy of a log). Without --witness-keys it applies only when set, to the tree head's own time, which an idle keysvc log does not move")
+	cmd.Flags().DurationVar(&f.maxLogDelay, "max-log-delay", 15*time.Minute, "with --scan: an anchor_events row signed longer than this before the scanned trees were last known current must be in one of them (default: the node's default --tlog-max-backlog-age, 10m, plus 5m of clock skew)")
 	cmd.Flags().BoolVar(&f.scan, "scan", false, "read every entry of each log against its newest signed tree head (C2SP tlog-tiles; needs --tlog-log-keys) and answer every look-up from it: that a marker of a later state is absent is then proved as of that tree, not taken from the log's unsigned \"not found\". Costs every entry's bytes: a monitor's check")
 }
 
@@ -225,14 +230,23 @@ func (f *auditAnchorFlags) checkScan(cmd *cobra.Command) error {
 	if f.scan && f.logKeys == "" {
 		return usage(cmd, "--scan needs --tlog-log-keys (or KEYSVC_TLOG_LOG_KEYS): a log read in full proves what it does not hold only under keys it does not serve itself")
 	}
-	if !f.scan && (f.witnessKeys != "" || cmd.Flags().Changed("witnesses-required") || cmd.Flags().Changed("max-tree-age")) {
-		return usage(cmd, "--witness-keys, --witnesses-required and --max-tree-age apply to the trees --scan reads: add --scan")
+	if !f.scan && (f.witnessKeys != "" || cmd.Flags().Changed("witnesses-required") || cmd.Flags().Changed("max-tree-age") || cmd.Flags().Changed("max-log-delay")) {
+		return usage(cmd, "--witness-keys, --witnesses-required, --max-tree-age and --max-log-delay apply to the trees --scan reads: add --scan")
 	}
 	if f.witnessKeys != "" && f.witnessesRequired < 1 {
 		return usage(cmd, "--witnesses-required must be at least 1")
 	}
 	if f.maxTreeAge < 0 {
 		return usage(cmd, "--max-tree-age must not be negative (0 turns the check off)")
+	}
+	if f.maxLogDelay < 0 {
+		return usage(cmd, "--max-log-delay must not be negative")
+	}
+	if f.witnessKeys == "" && !cmd.Flags().Changed("max-tree-age") {
+		// Without witnesses a tree's only time is its STH's, which an idle
+		// keysvc log keeps from when the size was first signed: bounding
+		// it by default would fail a healthy, quiet log.
+		f.maxTreeAge = 0
 	}
 	if f.keyFile != "" && len(f.urls) == 0 {
 		return usage(cmd, "--anchor-key-file needs --tlog-url: the transparency log(s) the node anchors key history in")
@@ -276,6 +290,9 @@ func (f *auditAnchorFlags) anchor(ctx context.Context, st store.Store, w, stderr
 	if f.scan {
 		var witnesses []string
 		if f.witnessKeys != "" {
+			for _, u := range plainHTTPRemote([]string{f.witnessKeys}) {
+				fmt.Fprintf(stderr, "keysvc: warning: --witness-keys %s: the witnesses you trust are fetched over plain HTTP, so whoever is on the path could name witnesses of their own; fetch them over https or from a file\n", displayURL(u))
+			}
 			b, err := loadDocument(ctx, "--witness-keys", f.witnessKeys)
 			if err != nil {
 				return nil, err
@@ -351,8 +368,8 @@ func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witness
 		fmt.Fprintf(w, "scanned %s: log %s, tree size %d (STH of %s%s), %d status events, every entry hashed to the signed root\n",
 			displayURL(u), s.LogID, s.TreeSize, s.Timestamp.Format(time.RFC3339), cosigned, s.Kept)
 		scans = append(scans, s)
-		if s.Timestamp.After(newest) {
-			newest = s.Timestamp
+		if s.CurrentAt.After(newest) {
+			newest = s.CurrentAt
 		}
 	}
 	return func(h [32]byte) bool {
@@ -365,15 +382,10 @@ func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witness
 	}, newest, nil
 }
 
-// loggingGrace is how long after it was signed an anchoring event may
-// still be missing from the newest scanned tree: the node's default
-// --tlog-max-backlog-age, past which a node with the event still unlogged
-// turns unready.
-const loggingGrace = 10 * time.Minute
-
 // notLogged names, after a --scan, every anchor_events row that none of
-// the scanned trees holds although it was signed more than loggingGrace
-// before the newest of them: the node's own record that it signed the
+// the scanned trees holds although it was signed more than --max-log-delay
+// before a scanned tree was last known current (Scanned.CurrentAt: its
+// witnesses' cosignatures, or its STH's time): the node's own record that it signed the
 // event, without the log's. Either the node never got it logged (its
 // backlog) or a log dropped it after accepting it; either way the log does
 // not back it, and a database writer who removed it would leave no trace
@@ -390,11 +402,11 @@ func (f *auditAnchorFlags) notLogged(ctx context.Context, st store.Store) ([]str
 	if err != nil {
 		return nil, err
 	}
-	cutoff := f.scannedAt.Add(-loggingGrace)
+	cutoff := f.scannedAt.Add(-f.maxLogDelay)
 	var out []string
 	for _, ev := range evs {
 		if ev.CreatedAt.Before(cutoff) && !f.scanned(ev.Hash) {
-			out = append(out, fmt.Sprintf("NOT LOGGED: %s %s (%s), signed %s: in anchor_events, but in none of the scanned trees (the newest of %s): the node never got it logged, or a log dropped it",
+			out = append(out, fmt.Sprintf("NOT LOGGED: %s %s (%s), signed %s: in anchor_events, but in none of the scanned trees (current at %s): the node never got it logged, or a log dropped it",
 				ev.Kind, ev.Subject, tlogclient.FormatHash(ev.Hash), ev.CreatedAt.UTC().Format(time.RFC3339), f.scannedAt.UTC().Format(time.RFC3339)))
 		}
 	}
@@ -426,6 +438,16 @@ func (f *auditAnchorFlags) verifyAnchored(ctx context.Context, w, stderr io.Writ
 		fmt.Fprintf(w, " (%d written without the event key, e.g. by an offline CLI command: not anchored)", res.Unanchored)
 	}
 	fmt.Fprintln(w)
+	unlogged, err := f.notLogged(ctx, st)
+	if err != nil {
+		return err
+	}
+	for _, l := range unlogged {
+		fmt.Fprintln(w, l)
+	}
+	if len(unlogged) > 0 {
+		return exitError{code: 1}
+	}
 	return nil
 }
 

@@ -533,15 +533,24 @@ func anchorAttacks(t *testing.T, pgURL string) {
 		signed := time.Now().Add(-2 * time.Hour).Truncate(time.Second)
 		db.exec(t, `INSERT INTO anchor_events (artifact_hash, kind, subject, jws, created_at) VALUES (?, ?, ?, ?, ?)`,
 			never[:], "version", "villa-never-logged", "e30.e30.AA", db.ts(&signed))
+		// One signed 5 minutes ago is within --max-log-delay (15m): not named.
+		recent, recentAt := sha256.Sum256([]byte("an anchoring event still on its way")), time.Now().Add(-5*time.Minute)
+		db.exec(t, `INSERT INTO anchor_events (artifact_hash, kind, subject, jws, created_at) VALUES (?, ?, ?, ?, ?)`,
+			recent[:], "version", "villa-on-its-way", "e30.e30.AB", db.ts(&recentAt))
+		defer db.exec(t, `DELETE FROM anchor_events WHERE artifact_hash = ?`, recent[:])
 		run := func() (string, int) {
 			t.Helper()
 			out, errOut, code := runCLI(t, e.env, "anchor", "check", "--scan", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", logSrv.URL, "--tlog-log-keys", pinned)
 			return out + errOut, code
 		}
-		want := fmt.Sprintf("NOT LOGGED: version villa-never-logged (%s), signed %s: in anchor_events, but in none of the scanned trees (the newest of ",
+		want := fmt.Sprintf("NOT LOGGED: version villa-never-logged (%s), signed %s: in anchor_events, but in none of the scanned trees (current at ",
 			tlogclient.FormatHash(never), signed.UTC().Format(time.RFC3339))
-		if out, code := run(); code != 1 || !strings.Contains(out, want) || strings.Contains(out, "NOT BACKED") || strings.Contains(out, "key history backed") {
+		if out, code := run(); code != 1 || !strings.Contains(out, want) || strings.Count(out, "NOT LOGGED") != 1 || strings.Contains(out, "NOT BACKED") || strings.Contains(out, "key history backed") {
 			t.Fatalf("anchor check --scan with an event no log received: %d %s", code, out)
+		}
+		// audit verify --scan names it too.
+		if out, errOut, code := runCLI(t, e.env, "audit", "verify", "--scan", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", logSrv.URL, "--tlog-log-keys", pinned); code != 1 || !strings.Contains(out, want) {
+			t.Fatalf("audit verify --scan with an event no log received: %d %s%s", code, out, errOut)
 		}
 		db.exec(t, `DELETE FROM anchor_events WHERE artifact_hash = ?`, never[:])
 		if out, code := run(); code != 0 || strings.Contains(out, "NOT LOGGED") || !strings.Contains(out, "key history backed by the transparency log") {

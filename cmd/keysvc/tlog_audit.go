@@ -27,11 +27,12 @@ timestamps never go back, and each STH is consistent with the next (RFC
 9162 consistency proofs, verified here). The log's current STH must extend
 the archive. With --witnesses-required K, the newest checkpoint must carry
 K valid cosignatures from --witness-key (the published checkpoint, GET sth).
-The newest tree must be no older than --max-tree-age (default 1h; from
-the K-th newest cosignature with --witnesses-required, else the STH's
-time): a live log re-signs its checkpoint every 10 minutes even when
-idle, so an older one is a log that stopped publishing (frozen) or an old
-answer replayed.
+With --witnesses-required, the newest tree's K-th newest trusted
+cosignature must be no older than --max-tree-age (default 1h): a log has
+its witnesses cosign again every 10 minutes even when idle, so an older
+one is a log that stopped publishing (frozen), witnesses that stopped
+cosigning, or an old answer replayed. Without witnesses the bound applies
+only when set, to the STH's time, which an idle keysvc log does not move.
 
 Exit status: 0 when the log checks out, 1 naming the first inconsistent
 STH or pair (INCONSISTENT) or a stale newest tree (STALE), 2 when the
@@ -40,6 +41,9 @@ audit could not run.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if maxAge < 0 {
 				return usage(cmd, "--max-tree-age must not be negative (0 turns the check off)")
+			}
+			if required == 0 && !cmd.Flags().Changed("max-tree-age") {
+				maxAge = 0 // an idle log's STH keeps its first time: only witnesses vouch for freshness
 			}
 			var keys []tlogfmt.LogKey
 			for _, lk := range logKeys {
@@ -78,6 +82,6 @@ audit could not run.`,
 	cmd.Flags().StringArrayVar(&witnessKeys, "witness-key", nil, "a trusted witness's verifier key (repeatable)")
 	cmd.Flags().IntVar(&required, "witnesses-required", 0, "cosignatures the newest checkpoint must carry")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "limit on each HTTP request")
-	cmd.Flags().DurationVar(&maxAge, "max-tree-age", time.Hour, "the newest tree may be no older than this (from the --witnesses-required-th newest cosignature, else the STH's time); 0 turns the check off")
+	cmd.Flags().DurationVar(&maxAge, "max-tree-age", time.Hour, "with --witnesses-required K: the newest tree's K-th newest trusted cosignature may be no older than this; without witnesses it applies only when set, to the STH's time (which an idle keysvc log does not move); 0 turns the check off")
 	return cmd
 }

@@ -45,17 +45,17 @@ type ScanOptions struct {
 	// log signed alone — a branch that leaves entries out — is refused.
 	WitnessVKeys      []string
 	WitnessesRequired int
-	// MaxAge, when > 0, bounds how old the scanned tree may be: measured
-	// from the WitnessesRequired-th newest trusted cosignature when
-	// WitnessesRequired > 0 (a witness cosigns only the newest tree it has
-	// seen, so its timestamp says no later tree existed then, and K
-	// witnesses must say so as K must cosign), else from the STH's own
-	// timestamp. A log
-	// re-signs its checkpoint even when idle (Tessera: every 10 minutes),
-	// so a live log's tree is minutes old; an older one is a log — or a
-	// path — serving a tree from before markers written since, and Scan
-	// fails with ErrStaleTree. A time more than MaxClockSkew ahead of Now
-	// fails too. Zero: not checked.
+	// MaxAge, when > 0, bounds how old the scanned tree may be, measured
+	// from Scanned.CurrentAt: with WitnessesRequired, the K-th newest
+	// trusted cosignature. A Tessera log asks its witnesses to cosign its
+	// checkpoint again every 10 minutes even when idle, so a witnessed
+	// live tree is minutes old; an older one is a log, or a path, serving
+	// a tree from before markers written since, and Scan fails with
+	// ErrStaleTree. Without witnesses it is the STH's time, which a keysvc
+	// log does not move while idle (the archive keeps the first STH of a
+	// tree size): set MaxAge then only for a log that keeps growing. Too
+	// few cosignatures dated within MaxClockSkew of Now, or an STH dated
+	// further ahead, fail too. Zero: not checked.
 	MaxAge time.Duration
 	// Now is the clock MaxAge is measured against (default time.Now).
 	Now func() time.Time
@@ -82,7 +82,14 @@ type Scanned struct {
 	// Cosignatures are the trusted witnesses' cosignatures on the STH's
 	// checkpoint (none unless ScanOptions.WitnessVKeys is set).
 	Cosignatures []tlogfmt.Cosignature
-	have         map[scannedLeaf]struct{}
+	// CurrentAt is when the tree is known to have been the log's newest:
+	// its ScanOptions.WitnessesRequired-th newest trusted cosignature (left
+	// out: any dated more than MaxClockSkew ahead of the scan), or without
+	// witnesses the STH's time, which a keysvc log keeps from when the tree
+	// size was first signed (the earliest time anchor) while the log is
+	// idle.
+	CurrentAt time.Time
+	have      map[scannedLeaf]struct{}
 }
 
 type scannedLeaf struct {
@@ -186,6 +193,11 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 		return nil, err
 	}
 	s := &Scanned{LogID: sth.LogID, TreeSize: sth.TreeSize, RootHash: sth.RootHash, Timestamp: sth.Timestamp, Cosignatures: cosigs, have: map[scannedLeaf]struct{}{}}
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	s.CurrentAt, _, _ = currentAt(sth, cosigs, opts.WitnessesRequired, now())
 	tree := (&compact.RangeFactory{Hash: rfc6962.DefaultHasher.HashChildren}).NewEmptyRange(0)
 	size := func(context.Context) (uint64, error) { return sth.TreeSize, nil }
 	bundles := client.EntryBundles(ctx, opts.Workers, size, f.ReadEntryBundle, 0, sth.TreeSize)
@@ -227,35 +239,53 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 	return s, nil
 }
 
-// checkTreeAge holds the tree of sth to maxAge: its required-th newest
-// trusted cosignature's time when witnesses are required (cosigs, at
-// least that many), else the STH's. now nil is time.Now.
+// currentAt is when the tree of sth is known to have been its log's
+// newest at the latest: with required > 0, the required-th newest of the
+// trusted cosignatures (a witness cosigns only the newest tree it has
+// seen, and K witnesses must vouch for that as K must cosign the tree),
+// leaving out any dated more than MaxClockSkew after t (a witness whose
+// clock runs fast does not make a tree look fresh); else the STH's own
+// time. ok is false when fewer than required cosignatures remain, or the
+// STH is dated that far ahead; what says which time it is.
+func currentAt(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, required int, t time.Time) (at time.Time, what string, ok bool) {
+	if required == 0 {
+		return sth.Timestamp, "signed", !sth.Timestamp.After(t.Add(MaxClockSkew))
+	}
+	var ts []time.Time
+	for _, c := range cosigs {
+		if !c.Timestamp.After(t.Add(MaxClockSkew)) {
+			ts = append(ts, c.Timestamp)
+		}
+	}
+	what = "last cosigned by a trusted witness"
+	if required > 1 {
+		what = fmt.Sprintf("last cosigned by %d trusted witnesses", required)
+	}
+	if len(ts) < required {
+		return time.Time{}, what, false
+	}
+	slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
+	return ts[required-1], what, true
+}
+
+// checkTreeAge holds the tree of sth to maxAge, measured from currentAt.
+// now nil is time.Now.
 func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, required int, maxAge time.Duration, now func() time.Time) error {
 	if now == nil {
 		now = time.Now
 	}
-	at, what := sth.Timestamp, "signed"
-	if k := required; k > 0 {
-		// The K-th newest cosignature: K witnesses must vouch for the
-		// tree's freshness, as K must for the tree itself.
-		ts := make([]time.Time, len(cosigs))
-		for i, c := range cosigs {
-			ts[i] = c.Timestamp
-		}
-		slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
-		at, what = ts[k-1], "last cosigned by a trusted witness"
-		if k > 1 {
-			what = fmt.Sprintf("last cosigned by %d trusted witnesses", k)
-		}
-	}
 	t := now()
-	switch age := t.Sub(at); {
-	case age > maxAge:
-		return fmt.Errorf("%w: log %s, tree size %d, was %s at %s, %s ago, over the %s allowed: the log (or whoever answers for it) serves a tree from before anything written since; a live log re-signs its checkpoint every few minutes",
-			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), age.Round(time.Second), maxAge)
-	case -age > MaxClockSkew:
-		return fmt.Errorf("%w: log %s, tree size %d, was %s at %s, %s ahead of this clock (%s)",
-			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), (-age).Round(time.Second), t.UTC().Format(time.RFC3339))
+	at, what, ok := currentAt(sth, cosigs, required, t)
+	switch {
+	case !ok && required > 0:
+		return fmt.Errorf("%w: log %s, tree size %d: fewer than %d of its trusted cosignatures are dated before %s (this clock, %s, plus %s): a witness's clock, or this one, is wrong",
+			ErrStaleTree, sth.LogID, sth.TreeSize, required, t.Add(MaxClockSkew).UTC().Format(time.RFC3339), t.UTC().Format(time.RFC3339), MaxClockSkew)
+	case !ok:
+		return fmt.Errorf("%w: log %s, tree size %d, was signed at %s, %s ahead of this clock (%s)",
+			ErrStaleTree, sth.LogID, sth.TreeSize, at.UTC().Format(time.RFC3339), at.Sub(t).Round(time.Second), t.UTC().Format(time.RFC3339))
+	case t.Sub(at) > maxAge:
+		return fmt.Errorf("%w: log %s, tree size %d, was %s at %s, %s ago, over the %s allowed: the log (or whoever answers for it) serves a tree from before anything written since, or its witnesses stopped cosigning",
+			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), t.Sub(at).Round(time.Second), maxAge)
 	}
 	return nil
 }

@@ -11,7 +11,8 @@ import (
 
 // TestCheckTreeAge: with K witnesses required, a tree's age is that of its
 // K-th newest trusted cosignature (one fresh witness does not vouch for
-// the others); without witnesses, the STH's own time.
+// the others), leaving out cosignatures dated ahead of the clock; without
+// witnesses, the STH's own time.
 func TestCheckTreeAge(t *testing.T) {
 	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	sth := tlogfmt.STH{LogID: "log.example.test/vrp", TreeSize: 7, Timestamp: t0}
@@ -36,6 +37,20 @@ func TestCheckTreeAge(t *testing.T) {
 				t.Fatalf("checkTreeAge: %v, want %q", err, c.want)
 			}
 		})
+	}
+	// A witness whose clock runs fast (a cosignature an hour ahead) is left
+	// out rather than taken as the newest; with it needed to make up K,
+	// the tree is refused.
+	fast := append([]tlogfmt.Cosignature{{Name: "d", Timestamp: t0.Add(time.Hour)}}, cosigs...)
+	if err := checkTreeAge(sth, fast, 1, time.Hour, func() time.Time { return t0 }); err != nil {
+		t.Fatalf("checkTreeAge with a fast witness among fresh ones: %v", err)
+	}
+	if at, _, ok := currentAt(sth, fast, 1, t0); !ok || !at.Equal(t0.Add(-10*time.Minute)) {
+		t.Fatalf("currentAt with a fast witness: %v %v, want the newest of the others (%v)", at, ok, t0.Add(-10*time.Minute))
+	}
+	if err := checkTreeAge(sth, fast[:2], 2, time.Hour, func() time.Time { return t0 }); !errors.Is(err, ErrStaleTree) ||
+		!strings.Contains(err.Error(), "fewer than 2 of its trusted cosignatures are dated before 2026-12-04T12:05:00Z") {
+		t.Fatalf("checkTreeAge needing the fast witness: %v", err)
 	}
 	err := checkTreeAge(sth, nil, 0, time.Hour, func() time.Time { return t0.Add(61 * time.Minute) })
 	if want := "tlogaudit: the tree is stale: log log.example.test/vrp, tree size 7, was signed at 2026-12-04T12:00:00Z, 1h1m0s ago, over the 1h0m0s allowed"; err == nil || !strings.HasPrefix(err.Error(), want) {
