@@ -102,6 +102,13 @@ type Config struct {
 	// CheckpointInterval is how often a grown tree gets a new checkpoint
 	// and STH (default 1 s; Tessera's POSIX minimum is 100 ms).
 	CheckpointInterval time.Duration
+	// CheckpointRepublishInterval is how often the checkpoint of a tree
+	// that has not grown is signed and, with witnesses, cosigned again
+	// (default Tessera's, 10 min; at least CheckpointInterval). The
+	// witnesses' fresh cosignatures are what show a scanner or monitor
+	// that an idle log's tree is still its newest (tlogaudit MaxAge); the
+	// STH of the size keeps its first time.
+	CheckpointRepublishInterval time.Duration
 	// MaxOutstanding is Tessera's pushback bound: entries sequenced but not
 	// yet integrated (default 131072).
 	MaxOutstanding uint
@@ -262,6 +269,9 @@ func New(ctx context.Context, cfg Config) (*Operator, error) {
 		WithBatching(cfg.BatchMaxSize, cfg.BatchMaxAge).
 		WithCheckpointInterval(cfg.CheckpointInterval).
 		WithPushback(cfg.MaxOutstanding)
+	if cfg.CheckpointRepublishInterval > 0 {
+		opts = opts.WithCheckpointRepublishInterval(cfg.CheckpointRepublishInterval)
+	}
 	if len(cfg.Witnesses) > 0 || len(cfg.WitnessPolicy) > 0 {
 		var group tessera.WitnessGroup
 		if len(cfg.WitnessPolicy) > 0 {

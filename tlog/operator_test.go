@@ -324,6 +324,51 @@ func TestWitnessCosignsCheckpoints(t *testing.T) {
 	}
 }
 
+// TestIdleLogWitnessedAgain: a log that does not grow has its checkpoint
+// cosigned again at every republish (here every second; Tessera's default
+// is 10 minutes), so the cosignature GET sth carries gets newer while the
+// STH keeps the time its tree size was first signed. A scan's CurrentAt,
+// which --max-tree-age measures, follows the cosignature (ADR 0016).
+// Without the republish interval it fails after 15 s.
+func TestIdleLogWitnessedAgain(t *testing.T) {
+	w := tlogtest.StartLitewitness(t, "witness.example.test/idle")
+	pub := testKey().Public()
+	key, err := tlogfmt.NewLogKey(origin, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vkey, _ := key.VKey()
+	w.AddLog(t, origin, vkey)
+	_, srv := startLog(t, tlog.Config{Witnesses: []tlog.Witness{{VKey: w.VKey, URL: w.URL}}, CheckpointRepublishInterval: time.Second})
+	if code, body := post(t, srv.URL+tlogfmt.PathPrefix+"add", "application/json",
+		`{"artifact_type":"vrp_attestation","artifact_hash":"`+artifact(8)+`"}`); code != http.StatusOK {
+		t.Fatalf("add: %d %s", code, body)
+	}
+	waitProof(t, srv.URL, artifact(8))
+	scan := func() *tlogaudit.Scanned {
+		t.Helper()
+		sc, err := tlogaudit.Scan(context.Background(), tlogaudit.ScanOptions{BaseURL: srv.URL, Keys: []ed25519.PublicKey{pub.(ed25519.PublicKey)},
+			WitnessVKeys: []string{w.VKey}, WitnessesRequired: 1})
+		if err != nil || sc.TreeSize != 1 {
+			t.Fatalf("scan: %+v %v", sc, err)
+		}
+		return sc
+	}
+	first := scan()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		sc := scan()
+		if sc.CurrentAt.After(first.CurrentAt) {
+			if !sc.Timestamp.Equal(first.Timestamp) || !sc.CurrentAt.Equal(sc.Cosignatures[0].Timestamp) {
+				t.Fatalf("republished: STH time %v (first %v), CurrentAt %v, cosigned %v", sc.Timestamp, first.Timestamp, sc.CurrentAt, sc.Cosignatures[0].Timestamp)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle log's cosignature stayed at %v for 15 s (republish every 1 s)\nwitness log:\n%s", first.CurrentAt, w.Stderr())
+		}
+	}
+}
+
 // c2spTiles is a golang.org/x/mod/sumdb/tlog TileReader over a log's C2SP
 // tlog-tiles HTTP resources: sumdb names tiles tile/8/L/N, tlog-tiles
 // tile/L/N (height 8 is fixed).
