@@ -247,15 +247,26 @@ func TestAddProofVerifies(t *testing.T) {
 	}
 }
 
-func TestWitnessCosignsCheckpoints(t *testing.T) {
-	w := tlogtest.StartLitewitness(t, "witness.example.test/w1")
-	pub := testKey().Public()
-	key, err := tlogfmt.NewLogKey(origin, pub)
+// startWitness starts a litewitness named name that knows the test log
+// (origin, testKey), and returns it with the log's key.
+func startWitness(t *testing.T, name string) (*tlogtest.Litewitness, tlogfmt.LogKey) {
+	t.Helper()
+	key, err := tlogfmt.NewLogKey(origin, testKey().Public())
 	if err != nil {
 		t.Fatal(err)
 	}
-	vkey, _ := key.VKey()
+	vkey, err := key.VKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := tlogtest.StartLitewitness(t, name)
 	w.AddLog(t, origin, vkey)
+	return w, key
+}
+
+func TestWitnessCosignsCheckpoints(t *testing.T) {
+	w, key := startWitness(t, "witness.example.test/w1")
+	pub := testKey().Public()
 	_, srv := startLog(t, tlog.Config{Witnesses: []tlog.Witness{{VKey: w.VKey, URL: w.URL}}})
 
 	code, body := post(t, srv.URL+tlogfmt.PathPrefix+"add", "application/json",
@@ -331,14 +342,8 @@ func TestWitnessCosignsCheckpoints(t *testing.T) {
 // which --max-tree-age measures, follows the cosignature (ADR 0016).
 // Without the republish interval it fails after 15 s.
 func TestIdleLogWitnessedAgain(t *testing.T) {
-	w := tlogtest.StartLitewitness(t, "witness.example.test/idle")
+	w, _ := startWitness(t, "witness.example.test/idle")
 	pub := testKey().Public()
-	key, err := tlogfmt.NewLogKey(origin, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vkey, _ := key.VKey()
-	w.AddLog(t, origin, vkey)
 	_, srv := startLog(t, tlog.Config{Witnesses: []tlog.Witness{{VKey: w.VKey, URL: w.URL}}, CheckpointRepublishInterval: time.Second})
 	if code, body := post(t, srv.URL+tlogfmt.PathPrefix+"add", "application/json",
 		`{"artifact_type":"vrp_attestation","artifact_hash":"`+artifact(8)+`"}`); code != http.StatusOK {
@@ -628,10 +633,7 @@ func TestFsckDetectsDamage(t *testing.T) {
 // only from trees the witness cosigned; an entry only in newer trees is
 // not found (yet).
 func TestProofsUseOnlyCosignedTrees(t *testing.T) {
-	w := tlogtest.StartLitewitness(t, "witness.example.test/w2")
-	key, _ := tlogfmt.NewLogKey(origin, testKey().Public())
-	vkey, _ := key.VKey()
-	w.AddLog(t, origin, vkey)
+	w, _ := startWitness(t, "witness.example.test/w2")
 	op, srv := startLog(t, tlog.Config{Witnesses: []tlog.Witness{{VKey: w.VKey, URL: w.URL}}, WitnessFailOpen: true, WitnessTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	if _, _, err := op.Add(ctx, []tlogfmt.Submission{{ArtifactType: "vrp_attestation", ArtifactHash: artifact(300)}}); err != nil {
@@ -788,10 +790,7 @@ func TestStateWALTruncated(t *testing.T) {
 // keeps sequencing (SEPs) but publishes no checkpoint, so proofs of new
 // entries wait; once the witness is back they arrive, cosigned.
 func TestWitnessOutageFailsClosed(t *testing.T) {
-	w := tlogtest.StartLitewitness(t, "witness.example.test/w3")
-	key, _ := tlogfmt.NewLogKey(origin, testKey().Public())
-	vkey, _ := key.VKey()
-	w.AddLog(t, origin, vkey)
+	w, _ := startWitness(t, "witness.example.test/w3")
 	op, srv := startLog(t, tlog.Config{Witnesses: []tlog.Witness{{VKey: w.VKey, URL: w.URL}}, WitnessTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
 	if _, _, err := op.Add(ctx, []tlogfmt.Submission{{ArtifactType: "vrp_attestation", ArtifactHash: artifact(400)}}); err != nil {

@@ -164,14 +164,11 @@ the check, for the log does not back it (never logged, or dropped).`,
 			for _, r := range reasons {
 				fmt.Fprintln(w, "NOT BACKED: "+r)
 			}
-			unlogged, err := checkAnchor.notLogged(cmd.Context(), st)
+			unlogged, err := checkAnchor.printNotLogged(cmd.Context(), w, st)
 			if err != nil {
 				return err
 			}
-			for _, l := range unlogged {
-				fmt.Fprintln(w, l)
-			}
-			if len(reasons)+len(unlogged) > 0 {
+			if len(reasons)+unlogged > 0 {
 				return exitError{code: 1}
 			}
 			n := 0
@@ -242,12 +239,7 @@ func (f *auditAnchorFlags) checkScan(cmd *cobra.Command) error {
 	if f.maxLogDelay < 0 {
 		return usage(cmd, "--max-log-delay must not be negative")
 	}
-	if f.witnessKeys == "" && !cmd.Flags().Changed("max-tree-age") {
-		// Without witnesses a tree's only time is its STH's, which an idle
-		// keysvc log keeps from when the size was first signed: bounding
-		// it by default would fail a healthy, quiet log.
-		f.maxTreeAge = 0
-	}
+	f.maxTreeAge = maxTreeAgeFor(cmd, f.witnessKeys != "", f.maxTreeAge)
 	if f.keyFile != "" && len(f.urls) == 0 {
 		return usage(cmd, "--anchor-key-file needs --tlog-url: the transparency log(s) the node anchors key history in")
 	}
@@ -382,35 +374,48 @@ func scanLogs(ctx context.Context, urls []string, pinned *verifier.JWKS, witness
 	}, newest, nil
 }
 
-// notLogged names, after a --scan, every anchor_events row that none of
-// the scanned trees holds although it was signed more than --max-log-delay
-// before a scanned tree was last known current (Scanned.CurrentAt: its
-// witnesses' cosignatures, or its STH's time): the node's own record that it signed the
-// event, without the log's. Either the node never got it logged (its
+// maxTreeAgeFor is the --max-tree-age a scan or audit applies: the flag's
+// value, except its default when no witnesses are required. Without
+// witnesses a tree's only time is its STH's, which an idle keysvc log
+// keeps from when the size was first signed, so bounding it by default
+// would fail a healthy, quiet log; set explicitly, it applies.
+func maxTreeAgeFor(cmd *cobra.Command, witnessed bool, flag time.Duration) time.Duration {
+	if !witnessed && !cmd.Flags().Changed("max-tree-age") {
+		return 0
+	}
+	return flag
+}
+
+// printNotLogged writes to w, after a --scan, a NOT LOGGED line for every
+// anchor_events row that none of the scanned trees holds although it was
+// signed more than --max-log-delay before a scanned tree was last known
+// current (Scanned.CurrentAt: its witnesses' cosignatures, or its STH's
+// time): the node's own record that it signed the event, without the log's. Either the node never got it logged (its
 // backlog) or a log dropped it after accepting it; either way the log does
 // not back it, and a database writer who removed it would leave no trace
-// there.
-func (f *auditAnchorFlags) notLogged(ctx context.Context, st store.Store) ([]string, error) {
+// there. It returns how many it named.
+func (f *auditAnchorFlags) printNotLogged(ctx context.Context, w io.Writer, st store.Store) (int, error) {
 	if f.scanned == nil {
-		return nil, nil
+		return 0, nil
 	}
 	as, ok := st.(store.AnchorStore)
 	if !ok {
-		return nil, errors.New("--scan: this store keeps no anchor_events")
+		return 0, errors.New("--scan: this store keeps no anchor_events")
 	}
 	evs, err := as.ListAnchorEvents(ctx)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	cutoff := f.scannedAt.Add(-f.maxLogDelay)
-	var out []string
+	n := 0
 	for _, ev := range evs {
 		if ev.CreatedAt.Before(cutoff) && !f.scanned(ev.Hash) {
-			out = append(out, fmt.Sprintf("NOT LOGGED: %s %s (%s), signed %s: in anchor_events, but in none of the scanned trees (current at %s): the node never got it logged, or a log dropped it",
-				ev.Kind, ev.Subject, tlogclient.FormatHash(ev.Hash), ev.CreatedAt.UTC().Format(time.RFC3339), f.scannedAt.UTC().Format(time.RFC3339)))
+			n++
+			fmt.Fprintf(w, "NOT LOGGED: %s %s (%s), signed %s: in anchor_events, but in none of the scanned trees (current at %s): the node never got it logged, or a log dropped it\n",
+				ev.Kind, ev.Subject, tlogclient.FormatHash(ev.Hash), ev.CreatedAt.UTC().Format(time.RFC3339), f.scannedAt.UTC().Format(time.RFC3339))
 		}
 	}
-	return out, nil
+	return n, nil
 }
 
 // verifyAnchored checks rows (an intact chain) against the log: every row
@@ -438,14 +443,9 @@ func (f *auditAnchorFlags) verifyAnchored(ctx context.Context, w, stderr io.Writ
 		fmt.Fprintf(w, " (%d written without the event key, e.g. by an offline CLI command: not anchored)", res.Unanchored)
 	}
 	fmt.Fprintln(w)
-	unlogged, err := f.notLogged(ctx, st)
-	if err != nil {
+	if unlogged, err := f.printNotLogged(ctx, w, st); err != nil {
 		return err
-	}
-	for _, l := range unlogged {
-		fmt.Fprintln(w, l)
-	}
-	if len(unlogged) > 0 {
+	} else if unlogged > 0 {
 		return exitError{code: 1}
 	}
 	return nil

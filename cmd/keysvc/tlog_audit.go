@@ -42,9 +42,7 @@ audit could not run.`,
 			if maxAge < 0 {
 				return usage(cmd, "--max-tree-age must not be negative (0 turns the check off)")
 			}
-			if required == 0 && !cmd.Flags().Changed("max-tree-age") {
-				maxAge = 0 // an idle log's STH keeps its first time: only witnesses vouch for freshness
-			}
+			maxAge = maxTreeAgeFor(cmd, required > 0, maxAge)
 			var keys []tlogfmt.LogKey
 			for _, lk := range logKeys {
 				v := lk

@@ -175,10 +175,8 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 				Reason: fmt.Sprintf("checkpoint carries %d of the %d witness cosignatures required", len(cos), opts.WitnessesRequired)}
 		}
 	}
-	if opts.MaxAge > 0 {
-		if err := checkTreeAge(sth, cos, opts.WitnessesRequired, opts.MaxAge, opts.Now); err != nil {
-			return rep, err
-		}
+	if _, err := checkTreeAge(sth, cos, opts.WitnessesRequired, opts.MaxAge, clock(opts.Now)); err != nil {
+		return rep, err
 	}
 	return rep, nil
 }

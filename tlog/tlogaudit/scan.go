@@ -174,10 +174,9 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 			return bad("the checkpoint carries %d of the %d witness cosignatures required", len(cosigs), opts.WitnessesRequired)
 		}
 	}
-	if opts.MaxAge > 0 {
-		if err := checkTreeAge(sth, cosigs, opts.WitnessesRequired, opts.MaxAge, opts.Now); err != nil {
-			return nil, err
-		}
+	current, err := checkTreeAge(sth, cosigs, opts.WitnessesRequired, opts.MaxAge, clock(opts.Now))
+	if err != nil {
+		return nil, err
 	}
 	// Stop the bundle fetches still in flight when the scan ends early.
 	ctx, cancel := context.WithCancel(ctx)
@@ -192,12 +191,7 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Scanned{LogID: sth.LogID, TreeSize: sth.TreeSize, RootHash: sth.RootHash, Timestamp: sth.Timestamp, Cosignatures: cosigs, have: map[scannedLeaf]struct{}{}}
-	now := time.Now
-	if opts.Now != nil {
-		now = opts.Now
-	}
-	s.CurrentAt, _, _ = currentAt(sth, cosigs, opts.WitnessesRequired, now())
+	s := &Scanned{LogID: sth.LogID, TreeSize: sth.TreeSize, RootHash: sth.RootHash, Timestamp: sth.Timestamp, Cosignatures: cosigs, CurrentAt: current, have: map[scannedLeaf]struct{}{}}
 	tree := (&compact.RangeFactory{Hash: rfc6962.DefaultHasher.HashChildren}).NewEmptyRange(0)
 	size := func(context.Context) (uint64, error) { return sth.TreeSize, nil }
 	bundles := client.EntryBundles(ctx, opts.Workers, size, f.ReadEntryBundle, 0, sth.TreeSize)
@@ -268,26 +262,35 @@ func currentAt(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, required int, t ti
 	return ts[required-1], what, true
 }
 
-// checkTreeAge holds the tree of sth to maxAge, measured from currentAt.
-// now nil is time.Now.
-func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, required int, maxAge time.Duration, now func() time.Time) error {
+// clock is now, or time.Now when now is nil (ScanOptions.Now, Options.Now).
+func clock(now func() time.Time) time.Time {
 	if now == nil {
-		now = time.Now
+		return time.Now()
 	}
-	t := now()
+	return now()
+}
+
+// checkTreeAge returns currentAt of the tree of sth as of t and, when
+// maxAge > 0, holds the tree to it: ErrStaleTree when it is older, or
+// when currentAt found no time to trust (too few cosignatures, or an STH
+// dated ahead of t). maxAge 0 checks nothing.
+func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, required int, maxAge time.Duration, t time.Time) (time.Time, error) {
 	at, what, ok := currentAt(sth, cosigs, required, t)
+	if maxAge <= 0 {
+		return at, nil
+	}
 	switch {
 	case !ok && required > 0:
-		return fmt.Errorf("%w: log %s, tree size %d: fewer than %d of its trusted cosignatures are dated before %s (this clock, %s, plus %s): a witness's clock, or this one, is wrong",
+		return at, fmt.Errorf("%w: log %s, tree size %d: fewer than %d of its trusted cosignatures are dated before %s (this clock, %s, plus %s): a witness's clock, or this one, is wrong",
 			ErrStaleTree, sth.LogID, sth.TreeSize, required, t.Add(MaxClockSkew).UTC().Format(time.RFC3339), t.UTC().Format(time.RFC3339), MaxClockSkew)
 	case !ok:
-		return fmt.Errorf("%w: log %s, tree size %d, was signed at %s, %s ahead of this clock (%s)",
+		return at, fmt.Errorf("%w: log %s, tree size %d, was signed at %s, %s ahead of this clock (%s)",
 			ErrStaleTree, sth.LogID, sth.TreeSize, at.UTC().Format(time.RFC3339), at.Sub(t).Round(time.Second), t.UTC().Format(time.RFC3339))
 	case t.Sub(at) > maxAge:
-		return fmt.Errorf("%w: log %s, tree size %d, was %s at %s, %s ago, over the %s allowed: the log (or whoever answers for it) serves a tree from before anything written since, or its witnesses stopped cosigning",
+		return at, fmt.Errorf("%w: log %s, tree size %d, was %s at %s, %s ago, over the %s allowed: the log (or whoever answers for it) serves a tree from before anything written since, or its witnesses stopped cosigning",
 			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), t.Sub(at).Round(time.Second), maxAge)
 	}
-	return nil
+	return at, nil
 }
 
 // namedKeys names keys for the log_id an STH claims (its payload, read

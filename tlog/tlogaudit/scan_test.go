@@ -32,7 +32,7 @@ func TestCheckTreeAge(t *testing.T) {
 		{"no witnesses: the STH", 0, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := checkTreeAge(sth, cosigs, c.required, time.Hour, func() time.Time { return t0 })
+			_, err := checkTreeAge(sth, cosigs, c.required, time.Hour, t0)
 			if c.want == "" && err != nil || c.want != "" && (!errors.Is(err, ErrStaleTree) || !strings.Contains(err.Error(), c.want)) {
 				t.Fatalf("checkTreeAge: %v, want %q", err, c.want)
 			}
@@ -42,17 +42,17 @@ func TestCheckTreeAge(t *testing.T) {
 	// out rather than taken as the newest; with it needed to make up K,
 	// the tree is refused.
 	fast := append([]tlogfmt.Cosignature{{Name: "d", Timestamp: t0.Add(time.Hour)}}, cosigs...)
-	if err := checkTreeAge(sth, fast, 1, time.Hour, func() time.Time { return t0 }); err != nil {
+	if _, err := checkTreeAge(sth, fast, 1, time.Hour, t0); err != nil {
 		t.Fatalf("checkTreeAge with a fast witness among fresh ones: %v", err)
 	}
 	if at, _, ok := currentAt(sth, fast, 1, t0); !ok || !at.Equal(t0.Add(-10*time.Minute)) {
 		t.Fatalf("currentAt with a fast witness: %v %v, want the newest of the others (%v)", at, ok, t0.Add(-10*time.Minute))
 	}
-	if err := checkTreeAge(sth, fast[:2], 2, time.Hour, func() time.Time { return t0 }); !errors.Is(err, ErrStaleTree) ||
+	if _, err := checkTreeAge(sth, fast[:2], 2, time.Hour, t0); !errors.Is(err, ErrStaleTree) ||
 		!strings.Contains(err.Error(), "fewer than 2 of its trusted cosignatures are dated before 2026-12-04T12:05:00Z") {
 		t.Fatalf("checkTreeAge needing the fast witness: %v", err)
 	}
-	err := checkTreeAge(sth, nil, 0, time.Hour, func() time.Time { return t0.Add(61 * time.Minute) })
+	_, err := checkTreeAge(sth, nil, 0, time.Hour, t0.Add(61*time.Minute))
 	if want := "tlogaudit: the tree is stale: log log.example.test/vrp, tree size 7, was signed at 2026-12-04T12:00:00Z, 1h1m0s ago, over the 1h0m0s allowed"; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("checkTreeAge of an STH 61 minutes old: %v, want %q", err, want)
 	}
