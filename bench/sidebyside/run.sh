@@ -205,13 +205,26 @@ if [[ -n ${PAIRS:-} ]]; then
   done
   echo
   echo "# pairs: $pa then $pb, $ROUNDS round(s) per level; cpu per request in µs"
+  # Besides the means, each round's own rate ratio (b over the a run just
+  # before it): their median and range say whether a mean near a line is
+  # the routes' difference or this machine's drift between rounds.
   awk -v a="$pa" -v b="$pb" '
-    $1 == a { ra[$3] += $4; ca[$3] += $6; last[$3] = $6; n[$3]++ }
-    $1 == b { rb[$3] += $4; cb[$3] += $6; if ($6 < last[$3]) cheaper[$3]++ }
+    $1 == a { ra[$3] += $4; ca[$3] += $6; last[$3] = $6; lastr[$3] = $4; n[$3]++ }
+    $1 == b { rb[$3] += $4; cb[$3] += $6; if ($6 < last[$3]) cheaper[$3]++; q[$3, n[$3]] = lastr[$3] > 0 ? $4 / lastr[$3] : 0 }
+    function median(c, k, i, j, t, v) {
+      k = n[c]
+      for (i = 1; i <= k; i++) v[i] = q[c, i]
+      for (i = 2; i <= k; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+      lo = v[1]; hi = v[k]
+      return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
+    }
     END {
-      for (c in n)
+      for (c in n) {
         printf "conns=%s %s: %.0f req/s, cpu %.2f | %s: %.0f req/s, cpu %.2f | %s/%s rate %.3f | %s cheaper in %d of %d rounds\n",
           c, a, ra[c] / n[c], ca[c] / n[c], b, rb[c] / n[c], cb[c] / n[c], b, a, rb[c] / ra[c], b, cheaper[c] + 0, n[c]
+        md = median(c)
+        printf "conns=%s %s/%s rate per round: median %.3f, range %.3f-%.3f\n", c, b, a, md, lo, hi
+      }
     }' "$results"
   exit 0
 fi
