@@ -16,8 +16,9 @@
 #   PAIRS="jwks jwks304" ROUNDS=10 DURATION=2s CONNS="16 64" bench/sidebyside/run.sh
 #       # two keysvc routes only, A then B in each round: mean rate and CPU
 #       # per request of each, in how many rounds B cost less than A, and
-#       # each round's B/A rate ratio as a median and range (routes: sign, mcp-transport, batch100, jwks, jwks304, and the
-#       # floors' floor-sign, floor-jwks)
+#       # each round's B/A rate ratio as a median and range (routes: sign,
+#       # mcp-transport, batch100, jwks, jwks304, and the floors'
+#       # floor-sign, floor-jwks)
 #   KEYSVC=/tmp/keysvc-old KEYSVC_B=/tmp/keysvc-new PAIRS="sign b:sign" bench/sidebyside/run.sh
 #       # two keysvc builds A/B, interleaved: KEYSVC_B runs as a second
 #       # server whose routes are b:sign, b:mcp-transport, b:batch100,
