@@ -10,6 +10,8 @@ import (
 	f_log "github.com/transparency-dev/formats/log"
 	f_note "github.com/transparency-dev/formats/note"
 	"golang.org/x/mod/sumdb/note"
+
+	"github.com/keysvc/keysvc/tlog/tlogfmt"
 )
 
 // MaxCheckpointBytes bounds the checkpoint member of a tlog proof (a C2SP
@@ -26,6 +28,10 @@ type WitnessKey struct {
 	// Name is the witness's key name, as it appears on cosignature lines.
 	Name string
 	v    note.Verifier
+	// pub is the witness's public key: what makes two keys one witness,
+	// whatever their names (a cosignature/v1 signature does not cover
+	// the name).
+	pub string
 }
 
 // ParseWitnessKey parses a witness verifier key: a cosignature/v1 key
@@ -38,15 +44,21 @@ func ParseWitnessKey(vkey string) (*WitnessKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("witness key %q: %v", vkey, err)
 	}
-	return &WitnessKey{VKey: vkey, Name: v.Name(), v: v}, nil
+	pub, err := tlogfmt.WitnessPublicKey(vkey)
+	if err != nil {
+		return nil, err
+	}
+	return &WitnessKey{VKey: vkey, Name: v.Name(), v: v, pub: string(pub)}, nil
 }
 
 // ParseWitnessKeys parses a witness key file: one verifier key per line;
-// blank lines and lines starting with # are ignored. The same key twice is
-// an error (it would count twice toward a quorum).
+// blank lines and lines starting with # are ignored. One public key twice,
+// under the same name or another, is an error: it is one witness, and
+// would count twice toward a quorum (a cosignature/v1 line can be copied
+// under any name, since the signature does not cover it).
 func ParseWitnessKeys(text []byte) ([]*WitnessKey, error) {
 	var out []*WitnessKey
-	seen := map[string]bool{}
+	seen := map[string]int{} // public key -> line
 	for i, line := range strings.Split(string(text), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -56,11 +68,10 @@ func ParseWitnessKeys(text []byte) ([]*WitnessKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", i+1, err)
 		}
-		id := fmt.Sprintf("%s+%08x", k.Name, k.v.KeyHash())
-		if seen[id] {
-			return nil, fmt.Errorf("line %d: witness key %s listed twice", i+1, id)
+		if first, ok := seen[k.pub]; ok {
+			return nil, fmt.Errorf("line %d: witness key %s is the public key of line %d again: one witness, listed twice", i+1, k.Name, first)
 		}
-		seen[id] = true
+		seen[k.pub] = i + 1
 		out = append(out, k)
 	}
 	return out, nil
@@ -130,13 +141,13 @@ func verifyCheckpoint(text, logID string, logPub ed25519.PublicKey, treeSize uin
 	return out, nil
 }
 
-// countBefore returns how many distinct witnesses cosigned strictly before
-// t.
+// countBefore returns how many distinct witnesses — public keys, not key
+// names — cosigned strictly before t.
 func countBefore(cs []Cosignature, t time.Time) int {
-	seen := map[*WitnessKey]bool{}
+	seen := map[string]bool{}
 	for _, c := range cs {
 		if c.Before(t) {
-			seen[c.Witness] = true
+			seen[c.Witness.pub] = true
 		}
 	}
 	return len(seen)

@@ -99,6 +99,7 @@ func TestLifecycleWitnessedTlog(t *testing.T) {
 	sig := f.revoked.sign(`{"offer_id":"o1"}`)
 	const signedAt = "2026-03-10T10:00:00Z"
 	w1, w2, rogue := newTestWitness("witness.one", 1), newTestWitness("witness.two", 2), newTestWitness("witness.rogue", 3)
+	alias := testWitness{"witness.alias", w1.priv}
 	spec := tlogSpec{logKey: f.log, logID: testLogID, signature: sig, index: 5, size: 8,
 		loggedAt: "2026-03-10T10:00:01Z", sthAt: "2026-03-10T10:05:00Z"}
 	tl, root := buildTlog(t, spec)
@@ -142,6 +143,21 @@ func TestLifecycleWitnessedTlog(t *testing.T) {
 		{"cosigned in the last second before the compromise", cp(w1.cosign(body, lastSecond)), bothTrusted(1), ""},
 		{"cosigned in the second of the compromise", cp(w1.cosign(body, comp)), bothTrusted(1), CodeKeyRevoked},
 		{"2 of 2, one witness twice", cp(w1.cosign(body, early), w1.cosign(body, early.Add(time.Second))), bothTrusted(2), CodeKeyRevoked},
+		// A cosignature/v1 signature does not cover the witness's name:
+		// witness.one's line copied under another name is still one
+		// witness, even when that public key is trusted under both names
+		// (ParseWitnessKeys refuses such a list; Options built in code
+		// are counted by public key).
+		{"2 of 2, one witness's line under a second name", cp(w1.cosign(body, early), alias.cosign(body, early)),
+			func(o Options) Options {
+				o.Witnesses, o.WitnessesRequired = []*WitnessKey{w1.key(t), alias.key(t)}, 2
+				return o
+			}, CodeKeyRevoked},
+		{"1 of 1, the line under the second name", cp(alias.cosign(body, early)),
+			func(o Options) Options {
+				o.Witnesses, o.WitnessesRequired = []*WitnessKey{w1.key(t), alias.key(t)}, 1
+				return o
+			}, ""},
 		{"1 of 2, only an untrusted witness", cp(rogue.cosign(body, early)), bothTrusted(1), CodeKeyRevoked},
 		{"1 of 2, untrusted and trusted", cp(rogue.cosign(body, early), w1.cosign(body, early)), bothTrusted(1), ""},
 		{"witnesses asked, no checkpoint", tl, bothTrusted(1), CodeKeyRevoked},
@@ -212,8 +228,11 @@ func TestParseWitnessKeys(t *testing.T) {
 	}
 	for name, text := range map[string]string{
 		"duplicate": w1.vkey() + "\n" + w1.vkey() + "\n",
-		"garbage":   "witness.one+00000000+!!!\n",
-		"bad alg":   fmt.Sprintf("witness.one+%08x+%s\n", w1.keyHash(), base64.StdEncoding.EncodeToString(append([]byte{7}, w1.priv.Public().(ed25519.PublicKey)...))),
+		// One public key under two names is one witness (a cosignature/v1
+		// line can be copied under any name).
+		"one public key under two names": w1.vkey() + "\n" + testWitness{"witness.alias", w1.priv}.vkey() + "\n",
+		"garbage":                        "witness.one+00000000+!!!\n",
+		"bad alg":                        fmt.Sprintf("witness.one+%08x+%s\n", w1.keyHash(), base64.StdEncoding.EncodeToString(append([]byte{7}, w1.priv.Public().(ed25519.PublicKey)...))),
 	} {
 		if _, err := ParseWitnessKeys([]byte(text)); err == nil {
 			t.Errorf("%s: accepted", name)

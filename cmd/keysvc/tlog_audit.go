@@ -26,7 +26,10 @@ checkpoint verifies under --log-key, names the same tree, tree sizes grow,
 timestamps never go back, and each STH is consistent with the next (RFC
 9162 consistency proofs, verified here). The log's current STH must extend
 the archive. With --witnesses-required K, the newest checkpoint must carry
-K valid cosignatures from --witness-key (the published checkpoint, GET sth).
+K valid cosignatures from --witness-key (the published checkpoint, GET sth),
+counted by public key: a cosignature line does not sign the witness's name,
+so a key listed twice, under one name or two, is refused (exit 2). A
+current STH behind the archive's newest must be an archived one.
 With --witnesses-required, the newest tree's K-th newest trusted
 cosignature must be no older than --max-tree-age (default 1h): a log has
 its witnesses cosign again every 10 minutes even when idle, so an older
@@ -36,7 +39,7 @@ only when set, to the STH's time, which an idle keysvc log does not move.
 
 Exit status: 0 when the log checks out, 1 naming the first inconsistent
 STH or pair (INCONSISTENT) or a stale newest tree (STALE), 2 when the
-audit could not run.`,
+audit could not run (the log did not answer, or --witness-key is wrong).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if maxAge < 0 {
@@ -77,7 +80,7 @@ audit could not run.`,
 		},
 	}
 	cmd.Flags().StringArrayVar(&logKeys, "log-key", nil, "the log's C2SP verifier key, or a file holding it (repeatable)")
-	cmd.Flags().StringArrayVar(&witnessKeys, "witness-key", nil, "a trusted witness's verifier key (repeatable)")
+	cmd.Flags().StringArrayVar(&witnessKeys, "witness-key", nil, "a trusted witness's verifier key (repeatable; one public key may be listed once)")
 	cmd.Flags().IntVar(&required, "witnesses-required", 0, "cosignatures the newest checkpoint must carry")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "limit on each HTTP request")
 	cmd.Flags().DurationVar(&maxAge, "max-tree-age", time.Hour, "with --witnesses-required K: the newest tree's K-th newest trusted cosignature may be no older than this; without witnesses it applies only when set, to the STH's time (which an idle keysvc log does not move); 0 turns the check off")

@@ -355,6 +355,17 @@ func TestTlogAuditDetectsTampering(t *testing.T) {
 	if want := "STALE: tlogaudit: the tree is stale: log "; code != 1 || !strings.HasPrefix(out, want) || !strings.Contains(out, ", tree size 12, was signed at ") {
 		t.Fatalf("audit with --max-tree-age 1ms: exit %d, want 1 with %q\n%s%s", code, want, out, stderr)
 	}
+	// One witness's public key listed twice (here under a second name) is
+	// the operator's mistake, not the log's: exit 2, "could not run",
+	// nothing INCONSISTENT (a witness is its key; its lines can be copied
+	// under any name).
+	witnessPub, _, _ := ed25519.GenerateKey(rand.Reader)
+	w1, _ := note.NewEd25519VerifierKey("witness.example.test/a", witnessPub)
+	w2, _ := note.NewEd25519VerifierKey("witness.example.test/a-again", witnessPub)
+	out, stderr, code = runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey, "--witness-key", w1, "--witness-key", w2, "--witnesses-required", "2")
+	if code != 2 || out != "" || !strings.Contains(stderr, "keysvc: audit could not run: tlogfmt: witness keys: ") || !strings.Contains(stderr, "are one public key, one witness, listed twice") {
+		t.Fatalf("audit with one witness key under two names: exit %d, want 2\n%s%s", code, out, stderr)
+	}
 	srv.stop(t)
 
 	db, err := sql.Open("sqlite", filepath.Join(dir, "state.db"))

@@ -133,6 +133,12 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 		if page.Next == nil {
 			break
 		}
+		// A page that goes on must hold STHs and move past them: a log
+		// that answered the same page forever would hold the monitor
+		// forever, and one that went back would be read twice.
+		if len(page.STHs) == 0 || prev == nil || *page.Next < prev.size {
+			return rep, &Inconsistency{First: -1, Second: -1, Reason: fmt.Sprintf("the STH archive's paging does not advance (after=%s: %d STHs, next %d)", after, len(page.STHs), *page.Next)}
+		}
 		after = strconv.FormatUint(*page.Next, 10)
 	}
 	if prev == nil {
@@ -154,11 +160,19 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	if err != nil || cp.TreeSize != sth.TreeSize || !bytes.Equal(cp.RootHash, sth.RootHash) {
 		return rep, &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: fmt.Sprintf("GET sth: the checkpoint does not verify or names another tree (%v)", err)}
 	}
-	if sth.TreeSize <= prev.size {
-		if sth.TreeSize == prev.size && !bytes.Equal(sth.RootHash, prev.root) {
+	switch {
+	case sth.TreeSize == prev.size:
+		if !bytes.Equal(sth.RootHash, prev.root) {
 			return rep, &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: "GET sth has another root than the archive"}
 		}
-	} else {
+	case sth.TreeSize < prev.size:
+		// Behind the archive's newest: it must be an archived tree, else
+		// GET sth shows its readers a tree (a fork, a rollback) that the
+		// archive, and every consistency proof above, never saw.
+		if err := archived(ctx, opts, base, sth); err != nil {
+			return rep, err
+		}
+	default:
 		n, err := checkPair(ctx, opts, base, *prev, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp})
 		if err != nil {
 			return rep, err
@@ -170,6 +184,9 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 		// The published checkpoint (GET sth) carries the cosignatures; the
 		// newest archived tree may still be waiting for its witnesses.
 		cos, err = tlogfmt.VerifyCosignatures(latest.Checkpoint, opts.WitnessVKeys)
+		if errors.Is(err, tlogfmt.ErrWitnessKey) {
+			return rep, err // the trusted list is wrong, not the log
+		}
 		if err != nil || len(cos) < opts.WitnessesRequired {
 			return rep, &Inconsistency{First: int64(sth.TreeSize), Second: -1,
 				Reason: fmt.Sprintf("checkpoint carries %d of the %d witness cosignatures required", len(cos), opts.WitnessesRequired)}
@@ -179,6 +196,30 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// archived checks that the archive holds a tree of sth's size with sth's
+// root (GET sth/archive?after=size-1&limit=1: the archive is ordered by
+// tree size, one STH per size).
+func archived(ctx context.Context, opts Options, base string, sth tlogfmt.STH) error {
+	u := base + tlogfmt.EndpointArchive + "?limit=1"
+	if sth.TreeSize > 0 {
+		u += "&after=" + strconv.FormatUint(sth.TreeSize-1, 10)
+	}
+	var page tlogfmt.ArchiveResponse
+	if err := getJSON(ctx, opts.Client, u, &page); err != nil {
+		return err
+	}
+	if len(page.STHs) > 0 {
+		a, err := checkOne(page.STHs[0], opts.Keys)
+		if err != nil {
+			return err
+		}
+		if a.size == sth.TreeSize && bytes.Equal(a.root, sth.RootHash) {
+			return nil
+		}
+	}
+	return &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: fmt.Sprintf("GET sth names tree size %d, behind the archive's newest, and the archive holds no such tree with that root: a tree head outside the archive (a fork or a rollback)", sth.TreeSize)}
 }
 
 // checkOne verifies one archived STH and its checkpoint.

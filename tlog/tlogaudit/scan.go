@@ -170,6 +170,9 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 	var cosigs []tlogfmt.Cosignature
 	if opts.WitnessesRequired > 0 {
 		cosigs, err = tlogfmt.VerifyCosignatures(latest.Checkpoint, opts.WitnessVKeys)
+		if errors.Is(err, tlogfmt.ErrWitnessKey) {
+			return nil, err // the trusted list is wrong, not the log
+		}
 		if err != nil || len(cosigs) < opts.WitnessesRequired {
 			return bad("the checkpoint carries %d of the %d witness cosignatures required", len(cosigs), opts.WitnessesRequired)
 		}
@@ -274,9 +277,29 @@ func clock(now func() time.Time) time.Time {
 // maxAge > 0, holds the tree to it: ErrStaleTree when it is older, or
 // when currentAt found no time to trust (too few cosignatures, or an STH
 // dated ahead of t). maxAge 0 checks nothing.
+//
+// The time returned is never more than MaxClockSkew after t, the skew
+// currentAt allows: a clock running further ahead must not move the NOT
+// LOGGED cutoff (cmd/keysvc printNotLogged) forward. With maxAge 0 and no
+// time to trust, it is the required-th newest of the cosignature times (or
+// the STH's), each taken as t + MaxClockSkew at the latest, so that a
+// witness or log whose clock runs ahead makes that cutoff stricter, never
+// absent.
 func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, required int, maxAge time.Duration, t time.Time) (time.Time, error) {
 	at, what, ok := currentAt(sth, cosigs, required, t)
 	if maxAge <= 0 {
+		if !ok {
+			latest := t.Add(MaxClockSkew)
+			at = earliest(sth.Timestamp, latest)
+			if required > 0 && len(cosigs) >= required {
+				ts := make([]time.Time, 0, len(cosigs))
+				for _, c := range cosigs {
+					ts = append(ts, earliest(c.Timestamp, latest))
+				}
+				slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
+				at = ts[required-1]
+			}
+		}
 		return at, nil
 	}
 	switch {
@@ -291,6 +314,14 @@ func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, required int, m
 			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), t.Sub(at).Round(time.Second), maxAge)
 	}
 	return at, nil
+}
+
+// earliest is the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return b
+	}
+	return a
 }
 
 // namedKeys names keys for the log_id an STH claims (its payload, read

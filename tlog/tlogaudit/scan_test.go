@@ -52,6 +52,32 @@ func TestCheckTreeAge(t *testing.T) {
 		!strings.Contains(err.Error(), "fewer than 2 of its trusted cosignatures are dated before 2026-12-04T12:05:00Z") {
 		t.Fatalf("checkTreeAge needing the fast witness: %v", err)
 	}
+	// The time returned is never more than the allowed skew ahead of the
+	// clock. With the bound off (maxAge 0) and no time to trust — an STH
+	// or the only cosignature dated further ahead — it is the clock plus
+	// that skew, not the time ahead (which would move the NOT LOGGED
+	// cutoff forward) nor zero (which would turn that check off).
+	for _, c := range []struct {
+		name     string
+		sth      tlogfmt.STH
+		cosigs   []tlogfmt.Cosignature
+		required int
+		maxAge   time.Duration
+		want     time.Time
+	}{
+		{"a cosignature 3 minutes ahead, bound on", sth, []tlogfmt.Cosignature{{Name: "a", Timestamp: t0.Add(3 * time.Minute)}}, 1, time.Hour, t0.Add(3 * time.Minute)},
+		{"an STH 2 hours ahead, bound off", tlogfmt.STH{LogID: sth.LogID, TreeSize: 7, Timestamp: t0.Add(2 * time.Hour)}, nil, 0, 0, t0.Add(MaxClockSkew)},
+		{"the only cosignature an hour ahead, bound off", sth, fast[:1], 1, 0, t0.Add(MaxClockSkew)},
+	} {
+		if at, err := checkTreeAge(c.sth, c.cosigs, c.required, c.maxAge, t0); err != nil || !at.Equal(c.want) {
+			t.Errorf("checkTreeAge, %s: %v %v, want %v", c.name, at, err, c.want)
+		}
+	}
+	// Bound off, enough cosignatures within the skew: the fast one is left
+	// out as with the bound on (the second newest of the others).
+	if at, err := checkTreeAge(sth, fast, 2, 0, t0); err != nil || !at.Equal(t0.Add(-90*time.Minute)) {
+		t.Errorf("checkTreeAge, bound off, 2 of a fast and three others: %v %v, want %v", at, err, t0.Add(-90*time.Minute))
+	}
 	_, err := checkTreeAge(sth, nil, 0, time.Hour, t0.Add(61*time.Minute))
 	if want := "tlogaudit: the tree is stale: log log.example.test/vrp, tree size 7, was signed at 2026-12-04T12:00:00Z, 1h1m0s ago, over the 1h0m0s allowed"; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("checkTreeAge of an STH 61 minutes old: %v, want %q", err, want)

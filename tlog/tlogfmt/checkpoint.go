@@ -1,8 +1,11 @@
 package tlogfmt
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	f_log "github.com/transparency-dev/formats/log"
@@ -45,38 +48,83 @@ type Cosignature struct {
 	Timestamp time.Time
 }
 
+// ErrWitnessKey is the error (wrapped) of VerifyCosignatures for a
+// witness key list that is wrong in itself: a key that does not parse, or
+// one public key listed twice (under the same name or another), which
+// would count one witness twice toward a quorum. It is the caller's
+// configuration, not the log, that is at fault.
+var ErrWitnessKey = errors.New("tlogfmt: witness keys")
+
 // VerifyCosignatures returns the cosignatures on the checkpoint text that
 // verify under witnessVKeys (C2SP signed-note verifier keys of type 0x04,
 // cosignature/v1, or plain Ed25519 0x01 keys, which are read as the
-// witness's cosignature/v1 key). Keys whose cosignature is absent or
-// invalid are left out; it errors only when no key verifies or a key is
-// malformed.
+// witness's cosignature/v1 key), at most one per witness. A witness is
+// its public key: a cosignature/v1 signature covers the timestamp and the
+// checkpoint body, not the key name, so one witness's line can be copied
+// under any name, and a list naming one public key twice is refused
+// (ErrWitnessKey) rather than counted twice. Each key is checked on its
+// own, so a key whose cosignature is absent or does not verify is left
+// out and the others still count. Errors: ErrWitnessKey (wrapped) for a
+// malformed or repeated key; ErrSignature (wrapped) when the note itself
+// is malformed or no key verifies.
 func VerifyCosignatures(text string, witnessVKeys []string) ([]Cosignature, error) {
-	var verifiers []note.Verifier
-	byName := map[string]string{}
+	type witness struct {
+		vkey string
+		v    note.Verifier
+	}
+	var ws []witness
+	byKey := map[string]string{}
 	for _, vk := range witnessVKeys {
 		v, err := f_note.NewVerifierForCosignatureV1(vk)
 		if err != nil {
-			return nil, fmt.Errorf("tlogfmt: witness key %q: %v", vk, err)
+			return nil, fmt.Errorf("%w: %q: %v", ErrWitnessKey, vk, err)
 		}
-		verifiers = append(verifiers, v)
-		byName[fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash())] = vk
-	}
-	n, err := note.Open([]byte(text), note.VerifierList(verifiers...))
-	if err != nil {
-		var unverified *note.UnverifiedNoteError
-		if errors.As(err, &unverified) {
-			return nil, fmt.Errorf("%w: no witness cosignature verifies", ErrSignature)
+		pub, err := WitnessPublicKey(vk)
+		if err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("%w: %v", ErrSignature, err)
+		if other, ok := byKey[string(pub)]; ok {
+			return nil, fmt.Errorf("%w: %q and %q are one public key, one witness, listed twice", ErrWitnessKey, other, vk)
+		}
+		byKey[string(pub)] = vk
+		ws = append(ws, witness{vk, v})
 	}
 	var out []Cosignature
-	for _, s := range n.Sigs {
-		ts, err := f_note.CoSigV1Timestamp(s)
-		if err != nil {
-			return nil, fmt.Errorf("%w: cosignature of %s: %v", ErrSignature, s.Name, err)
+	for _, w := range ws {
+		n, err := note.Open([]byte(text), note.VerifierList(w.v))
+		var unverified *note.UnverifiedNoteError
+		var invalid *note.InvalidSignatureError
+		switch {
+		case errors.As(err, &unverified), errors.As(err, &invalid):
+			continue // no cosignature by this witness, or one that does not verify
+		case err != nil:
+			return nil, fmt.Errorf("%w: %v", ErrSignature, err)
 		}
-		out = append(out, Cosignature{Name: s.Name, VKey: byName[fmt.Sprintf("%s+%08x", s.Name, s.Hash)], Timestamp: ts.UTC()})
+		// note.Open keeps one signature per verifier: this witness's.
+		ts, err := f_note.CoSigV1Timestamp(n.Sigs[0])
+		if err != nil {
+			return nil, fmt.Errorf("%w: cosignature of %s: %v", ErrSignature, n.Sigs[0].Name, err)
+		}
+		out = append(out, Cosignature{Name: n.Sigs[0].Name, VKey: w.vkey, Timestamp: ts.UTC()})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no witness cosignature verifies", ErrSignature)
 	}
 	return out, nil
+}
+
+// WitnessPublicKey returns the Ed25519 public key of a witness verifier
+// key ("<name>+<hash>+<base64 of the type byte 0x01 or 0x04 and the 32-byte
+// key>", C2SP signed-note): what identifies the witness, whatever name a
+// list gives it. Errors wrap ErrWitnessKey.
+func WitnessPublicKey(vkey string) (ed25519.PublicKey, error) {
+	parts := strings.SplitN(vkey, "+", 3) // the name holds no '+'; the base64 may
+	if len(parts) != 3 {
+		return nil, fmt.Errorf("%w: %q is not a verifier key", ErrWitnessKey, vkey)
+	}
+	b, err := base64.StdEncoding.DecodeString(parts[2])
+	if err != nil || len(b) != 1+ed25519.PublicKeySize || (b[0] != 0x01 && b[0] != 0x04) {
+		return nil, fmt.Errorf("%w: %q is not an Ed25519 or cosignature/v1 verifier key", ErrWitnessKey, vkey)
+	}
+	return ed25519.PublicKey(b[1:]), nil
 }

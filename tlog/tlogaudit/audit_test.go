@@ -1,0 +1,267 @@
+package tlogaudit
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	f_log "github.com/transparency-dev/formats/log"
+	"github.com/transparency-dev/merkle/rfc6962"
+	"github.com/transparency-dev/merkle/testonly"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/keysvc/keysvc/signer"
+	"github.com/keysvc/keysvc/tlog/tlogfmt"
+)
+
+// A hostile log, in process: fixed answers for GET sth, the STH archive
+// (honouring after= and limit=), consistency proofs of its tree and one
+// entry bundle. Its key is fixed, so every signature is exact.
+
+const hostileOrigin = "hostile.example/log"
+
+var hostilePriv = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, 32))
+
+func hostileKey(t *testing.T) tlogfmt.LogKey {
+	t.Helper()
+	k, err := tlogfmt.NewLogKey(hostileOrigin, hostilePriv.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// cosigner is a witness making cosignature/v1 lines (C2SP
+// tlog-cosignature) at a chosen time, as a note.Signer.
+type cosigner struct {
+	name string
+	priv ed25519.PrivateKey
+	at   time.Time
+}
+
+func (c cosigner) Name() string { return c.name }
+func (c cosigner) KeyHash() uint32 {
+	h := sha256.Sum256(append([]byte(c.name+"\n\x04"), c.priv.Public().(ed25519.PublicKey)...))
+	return binary.BigEndian.Uint32(h[:4])
+}
+func (c cosigner) Sign(msg []byte) ([]byte, error) {
+	sig := binary.BigEndian.AppendUint64(nil, uint64(c.at.Unix()))
+	return append(sig, ed25519.Sign(c.priv, fmt.Appendf(nil, "cosignature/v1\ntime %d\n%s", c.at.Unix(), msg))...), nil
+}
+func (c cosigner) VKey() string {
+	return fmt.Sprintf("%s+%08x+%s", c.name, c.KeyHash(), base64.StdEncoding.EncodeToString(append([]byte{4}, c.priv.Public().(ed25519.PublicKey)...)))
+}
+
+// leaf returns the i-th v0.1 leaf of a status event.
+func leaf(i int) []byte {
+	h := sha256.Sum256(fmt.Append(nil, "event ", i))
+	b, err := tlogfmt.Leaf{ArtifactHash: fmt.Sprintf("sha256:%x", h), ArtifactType: tlogfmt.ArtifactStatusEvent, LeafVersion: tlogfmt.LeafVersion, LoggedAt: "2026-12-01T00:00:00Z"}.Bytes()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// signedHead returns the STH and checkpoint of a tree of size with root,
+// cosigned by cos.
+func signedHead(t *testing.T, size uint64, root []byte, ts time.Time, cos ...note.Signer) tlogfmt.ArchivedSTH {
+	t.Helper()
+	lk := hostileKey(t)
+	js, err := signer.NewJWSSigner(lk.KID, signer.AlgEdDSA, hostilePriv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sth, err := tlogfmt.SignSTH(js, tlogfmt.STH{LogID: hostileOrigin, TreeSize: size, RootHash: root, Timestamp: ts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := tlogfmt.NewNoteSigner(lk, hostilePriv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := note.Sign(&note.Note{Text: string(f_log.Checkpoint{Origin: hostileOrigin, Size: size, Hash: root}.Marshal())}, append([]note.Signer{ns}, cos...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tlogfmt.ArchivedSTH{TreeSize: size, STH: sth, Checkpoint: string(cp)}
+}
+
+type hostileLog struct {
+	current  tlogfmt.ArchivedSTH   // GET sth
+	archive  []tlogfmt.ArchivedSTH // oldest first
+	tree     *testonly.Tree        // consistency proofs; its leaves, the one bundle
+	leaves   [][]byte
+	requests atomic.Int64
+}
+
+func (h *hostileLog) start(t *testing.T) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.requests.Add(1)
+		q := r.URL.Query()
+		switch r.URL.Path {
+		case tlogfmt.PathPrefix + tlogfmt.EndpointSTH:
+			_ = json.NewEncoder(w).Encode(tlogfmt.STHResponse{STH: h.current.STH, Checkpoint: h.current.Checkpoint})
+		case tlogfmt.PathPrefix + tlogfmt.EndpointArchive:
+			after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
+			if !q.Has("after") {
+				after = -1
+			}
+			limit, _ := strconv.Atoi(q.Get("limit"))
+			var page tlogfmt.ArchiveResponse
+			for _, a := range h.archive {
+				if int64(a.TreeSize) > after && len(page.STHs) < limit {
+					page.STHs = append(page.STHs, a)
+				}
+			}
+			_ = json.NewEncoder(w).Encode(page)
+		case tlogfmt.PathPrefix + tlogfmt.EndpointConsistency:
+			first, _ := strconv.ParseUint(q.Get("first"), 10, 64)
+			second, _ := strconv.ParseUint(q.Get("second"), 10, 64)
+			p, err := h.tree.ConsistencyProof(first, second)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			cr := tlogfmt.ConsistencyResponse{LogID: hostileOrigin, First: first, Second: second}
+			for _, x := range p {
+				cr.ConsistencyProof = append(cr.ConsistencyProof, base64.RawURLEncoding.EncodeToString(x))
+			}
+			_ = json.NewEncoder(w).Encode(cr)
+		default:
+			if strings.HasPrefix(r.URL.Path, "/tile/entries/") {
+				var b []byte
+				for _, e := range h.leaves {
+					b = append(binary.BigEndian.AppendUint16(b, uint16(len(e))), e...)
+				}
+				_, _ = w.Write(b)
+				return
+			}
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func newHostileLog(leaves ...[]byte) *hostileLog {
+	h := &hostileLog{tree: testonly.New(rfc6962.DefaultHasher), leaves: leaves}
+	h.tree.AppendData(leaves...)
+	return h
+}
+
+// TestAuditTreeHeadBehindTheArchive: a GET sth behind the archive's
+// newest tree must be one the archive holds (ADR 0012: the current STH
+// extends the archive). A lagging copy of an archived head passes; a head
+// of that size with another root — a fork shown to GET sth's readers
+// while the archive and its consistency proofs look clean — does not.
+func TestAuditTreeHeadBehindTheArchive(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	h := newHostileLog(leaf(0), leaf(1), leaf(2))
+	two, three := signedHead(t, 2, h.tree.HashAt(2), t0), signedHead(t, 3, h.tree.HashAt(3), t0.Add(time.Minute))
+	h.archive = []tlogfmt.ArchivedSTH{two, three}
+	u := h.start(t)
+	opts := Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}}
+
+	h.current = two
+	rep, err := Audit(context.Background(), opts)
+	if err != nil || rep.STHs != 2 || rep.TreeSize != 3 || rep.ConsistencyProofs != 1 {
+		t.Fatalf("GET sth an archived head behind the newest: %+v %v", rep, err)
+	}
+	fork := testonly.New(rfc6962.DefaultHasher)
+	fork.AppendData(leaf(0), leaf(99))
+	h.current = signedHead(t, 2, fork.Hash(), t0.Add(2*time.Minute))
+	_, err = Audit(context.Background(), opts)
+	var inc *Inconsistency
+	if !errors.As(err, &inc) || !strings.Contains(err.Error(), "GET sth names tree size 2, behind the archive's newest, and the archive holds no such tree with that root") {
+		t.Fatalf("GET sth a forked head of size 2: %v, want *Inconsistency", err)
+	}
+	h.current = signedHead(t, 1, h.tree.HashAt(1), t0.Add(2*time.Minute)) // a size the archive never held
+	if _, err := Audit(context.Background(), opts); !errors.As(err, &inc) {
+		t.Fatalf("GET sth a head of a size not archived: %v, want *Inconsistency", err)
+	}
+}
+
+// TestAuditArchivePagingMustAdvance: an archive page that goes on must
+// hold STHs and move past them; one that answers an empty page with a
+// "next" forever is an inconsistency found at once, not a monitor that
+// never reports.
+func TestAuditArchivePagingMustAdvance(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		next := uint64(0)
+		_ = json.NewEncoder(w).Encode(tlogfmt.ArchiveResponse{Next: &next})
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := Audit(ctx, Options{BaseURL: srv.URL, Keys: []tlogfmt.LogKey{hostileKey(t)}})
+	var inc *Inconsistency
+	if !errors.As(err, &inc) || !strings.Contains(err.Error(), "the STH archive's paging does not advance") || n.Load() != 1 {
+		t.Fatalf("Audit of an endless archive: %v after %d requests", err, n.Load())
+	}
+}
+
+// TestWitnessQuorumIsPublicKeys: Scan and Audit count witnesses by public
+// key. A cosignature/v1 line does not sign the witness's name, so a log
+// (or whoever answers for it) can copy the one cosignature it has under a
+// second name; with K = 2 and only one witness's key trusted, that is 1
+// of 2. A trusted list that names one public key twice, under one name or
+// two, is the caller's mistake (tlogfmt.ErrWitnessKey, "could not run"),
+// not the log's inconsistency.
+func TestWitnessQuorumIsPublicKeys(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	w := cosigner{"witness.example/a", ed25519.NewKeyFromSeed(bytes.Repeat([]byte{9}, 32)), now.Add(-time.Minute)}
+	alias := cosigner{"witness.example/a-alias", w.priv, w.at}
+	other := cosigner{"witness.example/b", ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32)), w.at}
+	h := newHostileLog(leaf(0), leaf(1))
+	head := signedHead(t, 2, h.tree.Hash(), now.Add(-time.Minute), w, alias) // w's line, and a copy under the alias
+	h.current, h.archive = head, []tlogfmt.ArchivedSTH{head}
+	u := h.start(t)
+	scan := func(vkeys ...string) error {
+		_, err := Scan(context.Background(), ScanOptions{BaseURL: u, Keys: []ed25519.PublicKey{hostilePriv.Public().(ed25519.PublicKey)},
+			ArtifactTypes: []string{tlogfmt.ArtifactStatusEvent}, WitnessVKeys: vkeys, WitnessesRequired: 2, MaxAge: time.Hour})
+		return err
+	}
+	audit := func(vkeys ...string) error {
+		_, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}, WitnessVKeys: vkeys, WitnessesRequired: 2, MaxAge: time.Hour})
+		return err
+	}
+	for name, check := range map[string]func(...string) error{"Scan": scan, "Audit": audit} {
+		var inc *Inconsistency
+		if err := check(w.VKey(), other.VKey()); !errors.As(err, &inc) || !strings.Contains(err.Error(), "carries 1 of the 2 witness cosignatures required") {
+			t.Errorf("%s, one witness's line under two names, K=2: %v, want 1 of 2", name, err)
+		}
+		for what, vkeys := range map[string][]string{
+			"one public key under two names": {w.VKey(), alias.VKey()},
+			"one key listed twice":           {w.VKey(), w.VKey()},
+			"a malformed key":                {w.VKey(), "not-a-vkey"},
+		} {
+			if err := check(vkeys...); !errors.Is(err, tlogfmt.ErrWitnessKey) || errors.As(err, &inc) {
+				t.Errorf("%s, %s: %v, want tlogfmt.ErrWitnessKey", name, what, err)
+			}
+		}
+	}
+	// Two witnesses, two cosignatures: 2 of 2.
+	h.current = signedHead(t, 2, h.tree.Hash(), now.Add(-time.Minute), w, other)
+	h.archive = []tlogfmt.ArchivedSTH{h.current}
+	if err := scan(w.VKey(), other.VKey()); err != nil {
+		t.Errorf("Scan, two witnesses: %v", err)
+	}
+	if err := audit(w.VKey(), other.VKey()); err != nil {
+		t.Errorf("Audit, two witnesses: %v", err)
+	}
+}
