@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"github.com/transparency-dev/merkle/rfc6962"
 	"github.com/transparency-dev/merkle/testonly"
 	"golang.org/x/mod/sumdb/note"
+
+	"github.com/keysvc/keysvc/tlog/tlogtest"
 )
 
 // noteSigner is x/mod's note signer for an Ed25519 key under name.
@@ -35,30 +36,21 @@ func noteSigner(t testing.TB, name string, priv ed25519.PrivateKey) note.Signer 
 }
 
 // testWitness is a witness key for cosignature/v1 (C2SP tlog-cosignature)
-// written out from the specification, so the verifier's use of
-// transparency-dev/formats and x/mod is checked against it.
-type testWitness struct {
-	name string
-	priv ed25519.PrivateKey
-}
+// written out from the specification (tlogtest.Cosigner), so the
+// verifier's use of transparency-dev/formats and x/mod is checked against
+// it.
+type testWitness struct{ tlogtest.Cosigner }
 
 func newTestWitness(name string, seed byte) testWitness {
-	return testWitness{name, ed25519.NewKeyFromSeed(sha256.New().Sum([]byte{seed})[:32])}
+	return testWitness{tlogtest.NewCosigner(name, seed)}
 }
 
-func (w testWitness) keyHash() uint32 {
-	h := sha256.Sum256(append([]byte(w.name+"\n\x04"), w.priv.Public().(ed25519.PublicKey)...))
-	return binary.BigEndian.Uint32(h[:4])
-}
-
-// vkey is the witness's cosignature/v1 verifier key.
-func (w testWitness) vkey() string {
-	return fmt.Sprintf("%s+%08x+%s", w.name, w.keyHash(), base64.StdEncoding.EncodeToString(append([]byte{4}, w.priv.Public().(ed25519.PublicKey)...)))
-}
+// as is the same witness key under another name.
+func (w testWitness) as(name string) testWitness { return testWitness{w.As(name)} }
 
 func (w testWitness) key(t testing.TB) *WitnessKey {
 	t.Helper()
-	k, err := ParseWitnessKey(w.vkey())
+	k, err := ParseWitnessKey(w.VKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,13 +60,7 @@ func (w testWitness) key(t testing.TB) *WitnessKey {
 // cosign returns the signature line of a cosignature at ts over the
 // checkpoint body: "cosignature/v1\ntime <ts>\n" + body, signed with
 // Ed25519, encoded as key hash || ts (8 bytes, big-endian) || signature.
-func (w testWitness) cosign(body string, ts time.Time) string {
-	msg := fmt.Sprintf("cosignature/v1\ntime %d\n%s", ts.Unix(), body)
-	sig := ed25519.Sign(w.priv, []byte(msg))
-	b := binary.BigEndian.AppendUint32(nil, w.keyHash())
-	b = binary.BigEndian.AppendUint64(b, uint64(ts.Unix()))
-	return "— " + w.name + " " + base64.StdEncoding.EncodeToString(append(b, sig...)) + "\n"
-}
+func (w testWitness) cosign(body string, ts time.Time) string { return w.Line(body, ts) }
 
 // checkpointFor returns the checkpoint of the tlog member tl (tree of the
 // member's size and root) signed with logKey under name origin, followed by
@@ -99,7 +85,7 @@ func TestLifecycleWitnessedTlog(t *testing.T) {
 	sig := f.revoked.sign(`{"offer_id":"o1"}`)
 	const signedAt = "2026-03-10T10:00:00Z"
 	w1, w2, rogue := newTestWitness("witness.one", 1), newTestWitness("witness.two", 2), newTestWitness("witness.rogue", 3)
-	alias := testWitness{"witness.alias", w1.priv}
+	alias := w1.as("witness.alias")
 	spec := tlogSpec{logKey: f.log, logID: testLogID, signature: sig, index: 5, size: 8,
 		loggedAt: "2026-03-10T10:00:01Z", sthAt: "2026-03-10T10:05:00Z"}
 	tl, root := buildTlog(t, spec)
@@ -222,17 +208,17 @@ func TestLifecycleWitnessedTlog(t *testing.T) {
 
 func TestParseWitnessKeys(t *testing.T) {
 	w1, w2 := newTestWitness("witness.one", 1), newTestWitness("witness.two", 2)
-	ks, err := ParseWitnessKeys([]byte("# trusted witnesses\n\n" + w1.vkey() + "\n  " + w2.vkey() + "  \n"))
-	if err != nil || len(ks) != 2 || ks[0].Name != "witness.one" || ks[1].VKey != w2.vkey() {
+	ks, err := ParseWitnessKeys([]byte("# trusted witnesses\n\n" + w1.VKey() + "\n  " + w2.VKey() + "  \n"))
+	if err != nil || len(ks) != 2 || ks[0].Name != "witness.one" || ks[1].VKey != w2.VKey() {
 		t.Fatalf("ParseWitnessKeys: %v %v", ks, err)
 	}
 	for name, text := range map[string]string{
-		"duplicate": w1.vkey() + "\n" + w1.vkey() + "\n",
+		"duplicate": w1.VKey() + "\n" + w1.VKey() + "\n",
 		// One public key under two names is one witness (a cosignature/v1
 		// line can be copied under any name).
-		"one public key under two names": w1.vkey() + "\n" + testWitness{"witness.alias", w1.priv}.vkey() + "\n",
+		"one public key under two names": w1.VKey() + "\n" + w1.as("witness.alias").VKey() + "\n",
 		"garbage":                        "witness.one+00000000+!!!\n",
-		"bad alg":                        fmt.Sprintf("witness.one+%08x+%s\n", w1.keyHash(), base64.StdEncoding.EncodeToString(append([]byte{7}, w1.priv.Public().(ed25519.PublicKey)...))),
+		"bad alg":                        fmt.Sprintf("witness.one+%08x+%s\n", w1.KeyHash(), base64.StdEncoding.EncodeToString(append([]byte{7}, w1.Public()...))),
 	} {
 		if _, err := ParseWitnessKeys([]byte(text)); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/keysvc/keysvc/signer"
 	"github.com/keysvc/keysvc/tlog/tlogfmt"
+	"github.com/keysvc/keysvc/tlog/tlogtest"
 )
 
 // A hostile log, in process: fixed answers for GET sth, the STH archive
@@ -42,27 +43,6 @@ func hostileKey(t *testing.T) tlogfmt.LogKey {
 		t.Fatal(err)
 	}
 	return k
-}
-
-// cosigner is a witness making cosignature/v1 lines (C2SP
-// tlog-cosignature) at a chosen time, as a note.Signer.
-type cosigner struct {
-	name string
-	priv ed25519.PrivateKey
-	at   time.Time
-}
-
-func (c cosigner) Name() string { return c.name }
-func (c cosigner) KeyHash() uint32 {
-	h := sha256.Sum256(append([]byte(c.name+"\n\x04"), c.priv.Public().(ed25519.PublicKey)...))
-	return binary.BigEndian.Uint32(h[:4])
-}
-func (c cosigner) Sign(msg []byte) ([]byte, error) {
-	sig := binary.BigEndian.AppendUint64(nil, uint64(c.at.Unix()))
-	return append(sig, ed25519.Sign(c.priv, fmt.Appendf(nil, "cosignature/v1\ntime %d\n%s", c.at.Unix(), msg))...), nil
-}
-func (c cosigner) VKey() string {
-	return fmt.Sprintf("%s+%08x+%s", c.name, c.KeyHash(), base64.StdEncoding.EncodeToString(append([]byte{4}, c.priv.Public().(ed25519.PublicKey)...)))
 }
 
 // leaf returns the i-th v0.1 leaf of a status event.
@@ -224,9 +204,9 @@ func TestAuditArchivePagingMustAdvance(t *testing.T) {
 // not the log's inconsistency.
 func TestWitnessQuorumIsPublicKeys(t *testing.T) {
 	now := time.Now().Truncate(time.Second)
-	w := cosigner{"witness.example/a", ed25519.NewKeyFromSeed(bytes.Repeat([]byte{9}, 32)), now.Add(-time.Minute)}
-	alias := cosigner{"witness.example/a-alias", w.priv, w.at}
-	other := cosigner{"witness.example/b", ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32)), w.at}
+	w := tlogtest.NewCosigner("witness.example/a", 9).At(now.Add(-time.Minute))
+	alias := w.As("witness.example/a-alias")
+	other := tlogtest.NewCosigner("witness.example/b", 7).At(now.Add(-time.Minute))
 	h := newHostileLog(leaf(0), leaf(1))
 	head := signedHead(t, 2, h.tree.Hash(), now.Add(-time.Minute), w, alias) // w's line, and a copy under the alias
 	h.current, h.archive = head, []tlogfmt.ArchivedSTH{head}

@@ -1,14 +1,11 @@
 package tlogfmt_test
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/keysvc/keysvc/signer"
 	"github.com/keysvc/keysvc/tlog/tlogfmt"
+	"github.com/keysvc/keysvc/tlog/tlogtest"
 )
 
 // RFC 8032 §7.1 test 1 seed: deterministic Ed25519, so JWS bytes are exact.
@@ -248,30 +246,6 @@ func FuzzParseLeaf(f *testing.F) {
 	})
 }
 
-// cosigner is a witness for cosignature/v1 (C2SP tlog-cosignature) written
-// out from the specification: its verifier key under name, and signature
-// lines over a checkpoint body.
-type cosigner struct {
-	name string
-	priv ed25519.PrivateKey
-}
-
-func (w cosigner) keyHash() uint32 {
-	h := sha256.Sum256(append([]byte(w.name+"\n\x04"), w.priv.Public().(ed25519.PublicKey)...))
-	return binary.BigEndian.Uint32(h[:4])
-}
-
-func (w cosigner) vkey() string {
-	return fmt.Sprintf("%s+%08x+%s", w.name, w.keyHash(), base64.StdEncoding.EncodeToString(append([]byte{4}, w.priv.Public().(ed25519.PublicKey)...)))
-}
-
-// line signs "cosignature/v1\ntime <ts>\n" + body; the name is not signed.
-func (w cosigner) line(body string, ts time.Time) string {
-	sig := ed25519.Sign(w.priv, fmt.Appendf(nil, "cosignature/v1\ntime %d\n%s", ts.Unix(), body))
-	b := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(nil, w.keyHash()), uint64(ts.Unix()))
-	return "— " + w.name + " " + base64.StdEncoding.EncodeToString(append(b, sig...)) + "\n"
-}
-
 // TestVerifyCosignaturesCountsWitnessesNotNames: a witness is its public
 // key. A cosignature/v1 line signs the timestamp and the body, not the
 // name, so whoever answers for a log can copy one witness's line under
@@ -292,21 +266,20 @@ func TestVerifyCosignaturesCountsWitnessesNotNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
-	w1 := cosigner{"witness.one", ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, 32))}
-	w2 := cosigner{"witness.two", ed25519.NewKeyFromSeed(bytes.Repeat([]byte{2}, 32))}
-	alias := cosigner{"witness.alias", w1.priv}
-	cp := string(signed) + w1.line(body, ts) + alias.line(body, ts)
+	w1, w2 := tlogtest.NewCosigner("witness.one", 1), tlogtest.NewCosigner("witness.two", 2)
+	alias := w1.As("witness.alias")
+	cp := string(signed) + w1.Line(body, ts) + alias.Line(body, ts)
 
 	// One witness, one cosignature, under either name.
-	for _, w := range []cosigner{w1, alias} {
-		got, err := tlogfmt.VerifyCosignatures(cp, []string{w.vkey()})
-		if err != nil || len(got) != 1 || got[0].Name != w.name || got[0].VKey != w.vkey() || !got[0].Timestamp.Equal(ts) {
-			t.Fatalf("VerifyCosignatures under %s: %+v %v", w.name, got, err)
+	for _, w := range []tlogtest.Cosigner{w1, alias} {
+		got, err := tlogfmt.VerifyCosignatures(cp, []string{w.VKey()})
+		if err != nil || len(got) != 1 || got[0].Name != w.Name() || got[0].VKey != w.VKey() || !got[0].Timestamp.Equal(ts) {
+			t.Fatalf("VerifyCosignatures under %s: %+v %v", w.Name(), got, err)
 		}
 	}
 	for name, keys := range map[string][]string{
-		"one public key under two names": {w1.vkey(), alias.vkey()},
-		"one key listed twice":           {w1.vkey(), w2.vkey(), w1.vkey()},
+		"one public key under two names": {w1.VKey(), alias.VKey()},
+		"one key listed twice":           {w1.VKey(), w2.VKey(), w1.VKey()},
 	} {
 		_, err := tlogfmt.VerifyCosignatures(cp, keys)
 		if !errors.Is(err, tlogfmt.ErrWitnessKey) || !strings.Contains(err.Error(), "are one public key, one witness, listed twice") {
@@ -318,24 +291,24 @@ func TestVerifyCosignaturesCountsWitnessesNotNames(t *testing.T) {
 	}
 
 	// w2's line over another body does not verify: left out, w1 counts.
-	bad := string(signed) + w1.line(body, ts) + w2.line(body+"x", ts)
-	got, err := tlogfmt.VerifyCosignatures(bad, []string{w1.vkey(), w2.vkey()})
-	if err != nil || len(got) != 1 || got[0].Name != w1.name {
+	bad := string(signed) + w1.Line(body, ts) + w2.Line(body+"x", ts)
+	got, err := tlogfmt.VerifyCosignatures(bad, []string{w1.VKey(), w2.VKey()})
+	if err != nil || len(got) != 1 || got[0].Name != w1.Name() {
 		t.Fatalf("one invalid cosignature beside a valid one: %+v %v, want witness.one's alone", got, err)
 	}
-	if _, err := tlogfmt.VerifyCosignatures(bad, []string{w2.vkey()}); !errors.Is(err, tlogfmt.ErrSignature) {
+	if _, err := tlogfmt.VerifyCosignatures(bad, []string{w2.VKey()}); !errors.Is(err, tlogfmt.ErrSignature) {
 		t.Fatalf("only an invalid cosignature: %v, want ErrSignature", err)
 	}
 	// The key's base64 may hold '+', the separator of the name and hash.
-	plus := cosigner{"witness.plus", ed25519.NewKeyFromSeed(bytes.Repeat([]byte{8}, 32))}
-	if strings.Count(plus.vkey(), "+") < 3 {
-		t.Fatalf("%s: want a key whose base64 holds '+'", plus.vkey())
+	plus := tlogtest.NewCosigner("witness.plus", 8)
+	if strings.Count(plus.VKey(), "+") < 3 {
+		t.Fatalf("%s: want a key whose base64 holds '+'", plus.VKey())
 	}
-	if pub, err := tlogfmt.WitnessPublicKey(plus.vkey()); err != nil || !pub.Equal(plus.priv.Public()) {
-		t.Fatalf("WitnessPublicKey(%s): %x %v", plus.vkey(), pub, err)
+	if pub, err := tlogfmt.WitnessPublicKey(plus.VKey()); err != nil || !pub.Equal(plus.Public()) {
+		t.Fatalf("WitnessPublicKey(%s): %x %v", plus.VKey(), pub, err)
 	}
-	good := string(signed) + w1.line(body, ts) + w2.line(body, ts.Add(time.Second))
-	if got, err := tlogfmt.VerifyCosignatures(good, []string{w1.vkey(), w2.vkey()}); err != nil || len(got) != 2 || !got[1].Timestamp.Equal(ts.Add(time.Second)) {
+	good := string(signed) + w1.Line(body, ts) + w2.Line(body, ts.Add(time.Second))
+	if got, err := tlogfmt.VerifyCosignatures(good, []string{w1.VKey(), w2.VKey()}); err != nil || len(got) != 2 || !got[1].Timestamp.Equal(ts.Add(time.Second)) {
 		t.Fatalf("two witnesses: %+v %v", got, err)
 	}
 }

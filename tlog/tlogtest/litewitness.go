@@ -44,9 +44,9 @@ type Litewitness struct {
 	stderr     *syncBuffer
 }
 
-// binary finds a tool: $envVar, then PATH, then $(go env GOPATH)/bin,
+// toolBinary finds a tool: $envVar, then PATH, then $(go env GOPATH)/bin,
 // then /root/go/bin.
-func binary(envVar, name string) string {
+func toolBinary(envVar, name string) string {
 	if p := os.Getenv(envVar); p != "" {
 		return p
 	}
@@ -69,7 +69,7 @@ func binary(envVar, name string) string {
 // the test; elsewhere it is skipped with a loud message.
 func need(t testing.TB, envVar, name, install string) string {
 	t.Helper()
-	p := binary(envVar, name)
+	p := toolBinary(envVar, name)
 	if p != "" {
 		return p
 	}
