@@ -258,11 +258,18 @@ func currentAt(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, required int, t ti
 	if required > 1 {
 		what = fmt.Sprintf("last cosigned by %d trusted witnesses", required)
 	}
-	if len(ts) < required {
-		return time.Time{}, what, false
+	at, ok = kthNewest(ts, required)
+	return at, what, ok
+}
+
+// kthNewest returns the k-th newest of ts (k ≥ 1; ts is sorted in place),
+// or false when ts holds fewer than k times.
+func kthNewest(ts []time.Time, k int) (time.Time, bool) {
+	if len(ts) < k {
+		return time.Time{}, false
 	}
 	slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
-	return ts[required-1], what, true
+	return ts[k-1], true
 }
 
 // clock is now, or time.Now when now is nil (ScanOptions.Now, Options.Now).
@@ -291,13 +298,14 @@ func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, required int, m
 		if !ok {
 			latest := t.Add(MaxClockSkew)
 			at = earliest(sth.Timestamp, latest)
-			if required > 0 && len(cosigs) >= required {
+			if required > 0 {
 				ts := make([]time.Time, 0, len(cosigs))
 				for _, c := range cosigs {
 					ts = append(ts, earliest(c.Timestamp, latest))
 				}
-				slices.SortFunc(ts, func(a, b time.Time) int { return b.Compare(a) })
-				at = ts[required-1]
+				if kth, ok := kthNewest(ts, required); ok {
+					at = kth
+				}
 			}
 		}
 		return at, nil
