@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -17,7 +18,7 @@ import (
 func newTlogAuditCmd() *cobra.Command {
 	var logKeys, witnessKeys []string
 	var required int
-	var timeout, maxAge time.Duration
+	var timeout, deadline, maxAge time.Duration
 	cmd := &cobra.Command{
 		Use:   "audit URL",
 		Short: "Monitor a log: check every archived STH against the next with consistency proofs",
@@ -37,11 +38,19 @@ one is a log that stopped publishing (frozen), witnesses that stopped
 cosigning, or an old answer replayed. Without witnesses the bound applies
 only when set, to the STH's time, which an idle keysvc log does not move.
 
+The whole audit gives up after --deadline (default 1h): a log that serves
+an archive without end, or answers each request just inside --timeout,
+cannot hold a monitor forever.
+
 Exit status: 0 when the log checks out, 1 naming the first inconsistent
 STH or pair (INCONSISTENT) or a stale newest tree (STALE), 2 when the
-audit could not run (the log did not answer, or --witness-key is wrong).`,
+audit could not run (the log did not answer, --deadline passed, or
+--witness-key is wrong).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if deadline < 0 {
+				return usage(cmd, "--deadline must not be negative (0: no limit)")
+			}
 			if maxAge < 0 {
 				return usage(cmd, "--max-tree-age must not be negative (0 turns the check off)")
 			}
@@ -62,6 +71,11 @@ audit could not run (the log did not answer, or --witness-key is wrong).`,
 				return errors.New("--log-key is required (the log's verifier key, from keysvc tlog keygen, configured out of band)")
 			}
 			ctx := cmd.Context()
+			if deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, deadline)
+				defer cancel()
+			}
 			rep, err := tlogaudit.Audit(ctx, tlogaudit.Options{BaseURL: args[0], Keys: keys, WitnessVKeys: witnessKeys, WitnessesRequired: required, MaxAge: maxAge, Client: sameorigin.Client(timeout)})
 			var inc *tlogaudit.Inconsistency
 			switch {
@@ -71,6 +85,9 @@ audit could not run (the log did not answer, or --witness-key is wrong).`,
 			case errors.Is(err, tlogaudit.ErrStaleTree):
 				fmt.Fprintln(cmd.OutOrStdout(), "STALE:", err.Error())
 				return exitError{1}
+			case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+				fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: audit could not run: gave up after %s (--deadline), %d archived STHs checked: %v\n", deadline, rep.STHs, err)
+				return exitError{2}
 			case err != nil:
 				fmt.Fprintln(cmd.ErrOrStderr(), "keysvc: audit could not run:", err)
 				return exitError{2}
@@ -83,6 +100,7 @@ audit could not run (the log did not answer, or --witness-key is wrong).`,
 	cmd.Flags().StringArrayVar(&witnessKeys, "witness-key", nil, "a trusted witness's verifier key (repeatable; one public key may be listed once)")
 	cmd.Flags().IntVar(&required, "witnesses-required", 0, "cosignatures the newest checkpoint must carry")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "limit on each HTTP request")
+	cmd.Flags().DurationVar(&deadline, "deadline", time.Hour, "limit on the whole audit (exit 2 when it passes); 0: no limit")
 	cmd.Flags().DurationVar(&maxAge, "max-tree-age", time.Hour, "with --witnesses-required K: the newest tree's K-th newest trusted cosignature may be no older than this; without witnesses it applies only when set, to the STH's time (which an idle keysvc log does not move); 0 turns the check off")
 	return cmd
 }

@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -517,4 +518,33 @@ func tilePathIndex(n uint64) string {
 		p = fmt.Sprintf("x%03d/%s", n%1000, p)
 	}
 	return p
+}
+
+// TestTlogAuditDeadline: a log that holds each answer just short of
+// --timeout (here: until the client goes) cannot hold the audit past
+// --deadline: exit 2, "could not run", naming the flag and how far it got.
+func TestTlogAuditDeadline(t *testing.T) {
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-hang:
+		}
+	}))
+	defer srv.Close()
+	defer close(hang)
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	vkey, _ := note.NewEd25519VerifierKey("log.example.test", pub)
+	start := time.Now()
+	out, stderr, code := runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey, "--timeout", "1m", "--deadline", "500ms")
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("audit took %s with --deadline 500ms", took)
+	}
+	want := "keysvc: audit could not run: gave up after 500ms (--deadline), 0 archived STHs checked: "
+	if code != 2 || out != "" || !strings.HasPrefix(stderr, want) || !strings.Contains(stderr, "context deadline exceeded") {
+		t.Fatalf("audit of a log that never answers: exit %d, want 2 with %q\n%s%s", code, want, out, stderr)
+	}
+	if _, stderr, code := runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey, "--deadline", "-1s"); code != 1 || !strings.Contains(stderr, "--deadline must not be negative") {
+		t.Fatalf("--deadline -1s: exit %d, want 1 (tlog audit's usage errors, ADR 0031)\n%s", code, stderr)
+	}
 }
