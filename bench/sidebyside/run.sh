@@ -17,8 +17,9 @@
 #       # two keysvc routes only, A then B in each round: mean rate and CPU
 #       # per request of each, in how many rounds B cost less than A, and
 #       # each round's B/A rate ratio as a median and range (routes: sign,
-#       # mcp-transport, batch100, jwks, jwks304, and the floors'
-#       # floor-sign, floor-jwks)
+#       # mcp-transport, batch100, jwks, jwks304, the floors'
+#       # floor-sign, floor-jwks, and with BAO openbao-sign, openbao-batch100)
+#   BAO=/usr/local/bin/bao PAIRS="openbao-sign sign" ROUNDS=8 CONNS=16 bench/sidebyside/run.sh
 #   KEYSVC=/tmp/keysvc-old KEYSVC_B=/tmp/keysvc-new PAIRS="sign b:sign" bench/sidebyside/run.sh
 #       # two keysvc builds A/B, interleaved: KEYSVC_B runs as a second
 #       # server whose routes are b:sign, b:mcp-transport, b:batch100,
@@ -181,6 +182,9 @@ if [[ -n ${PAIRS:-} ]]; then
       jwks304) echo "keysvc $kpid $kport jwks304.lua 0" ;;
       floor-sign) echo "floor-net/http $spid $sport floor-sign.lua 1" ;;
       floor-jwks) echo "floor-net/http $jpid $jport jwks.lua 0" ;;
+      openbao-sign | openbao-batch100)
+        [[ -n $bpid ]] || { echo "run.sh: PAIRS: $1 needs BAO (an OpenBao binary)" >&2; return 1; }
+        if [[ $1 == openbao-sign ]]; then echo "openbao $bpid $bport bao-sign.lua 1"; else echo "openbao $bpid $bport bao-batch.lua 100"; fi ;;
       b:*)
         [[ -n $kbpid ]] || { echo "run.sh: PAIRS: $1 needs KEYSVC_B (a second keysvc binary)" >&2; return 1; }
         local r script per; r=$(pair_route "${1#b:}") || return 1

@@ -291,6 +291,8 @@ func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (
 	}
 	p := &tlogclient.Promise{JWS: jws, KID: l.op.Key().KID, LogID: sep.LogID, Timestamp: sep.Timestamp,
 		MMD: time.Duration(sep.MMDSeconds) * time.Second, Entries: make([]tlogclient.PromisedEntry, len(entries))}
+	var loggedAt string // the entries of one promise share logged_at: parsed once
+	var at time.Time
 	for i, e := range sep.Entries {
 		if e.ArtifactHash != subs[i].ArtifactHash {
 			return nil, fmt.Errorf("%w: entry %d is not the one submitted", tlogclient.ErrBadPromise, i)
@@ -299,7 +301,12 @@ func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (
 		if e.LeafIndex != nil {
 			idx = int64(*e.LeafIndex)
 		}
-		at, _ := tlogfmt.ParseInstant(e.LoggedAt)
+		if i == 0 || e.LoggedAt != loggedAt {
+			if at, err = tlogfmt.ParseInstant(e.LoggedAt); err != nil {
+				return nil, fmt.Errorf("%w: entry %d: logged_at: %v", tlogclient.ErrBadPromise, i, err)
+			}
+			loggedAt = e.LoggedAt
+		}
 		p.Entries[i] = tlogclient.PromisedEntry{Entry: entries[i], LoggedAt: at, LeafIndex: idx}
 	}
 	return p, nil
