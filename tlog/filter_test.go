@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"testing"
 	"time"
 
@@ -159,4 +160,48 @@ func closedLog(t *testing.T, n int) Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// TestAddUnsigned: the in-process Add sequences, deduplicates and refuses
+// exactly as Add does and returns the echo Add would sign: entries in
+// order, leaf indexes continuing the log, a re-submitted hash at its first
+// leaf, with the first submission's logged_at (Add then signs the same).
+func TestAddUnsigned(t *testing.T) {
+	cfg := closedLog(t, 3)
+	ctx := context.Background()
+	op, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close(ctx) //nolint:errcheck // test cleanup
+	sep, err := op.AddUnsigned(ctx, append(filterSubs(3, 2), filterSubs(1, 1)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sep.Entries) != 3 || sep.LogID != "log.example.test/vrp" {
+		t.Fatalf("AddUnsigned: %+v", sep)
+	}
+	for i, want := range []uint64{3, 4, 1} {
+		e := sep.Entries[i]
+		if e.LeafIndex == nil || *e.LeafIndex != want || e.ArtifactType != tlogfmt.ArtifactAttestation {
+			t.Fatalf("entry %d: %+v, want leaf %d", i, e, want)
+		}
+	}
+	_, signed, err := op.Add(ctx, filterSubs(3, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if *signed.Entries[i].LeafIndex != *sep.Entries[i].LeafIndex || signed.Entries[i].LoggedAt != sep.Entries[i].LoggedAt {
+			t.Fatalf("entry %d: Add after AddUnsigned gave %+v, want %+v", i, signed.Entries[i], sep.Entries[i])
+		}
+	}
+	bad := filterSubs(10, 1)
+	bad[0].ArtifactHash = "sha256:XYZ"
+	if _, err := op.AddUnsigned(ctx, bad); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("AddUnsigned of a malformed hash: %v, want ErrInvalid", err)
+	}
+	if _, err := op.AddUnsigned(ctx, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("AddUnsigned of no entries: %v, want ErrInvalid", err)
+	}
 }

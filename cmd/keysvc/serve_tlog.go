@@ -275,21 +275,23 @@ type embeddedLog struct {
 	op *tlog.Operator
 }
 
-// AddBatch implements tlogclient.Log with Operator.Add, which returns once
-// every entry is sequenced and integrated.
+// AddBatch implements tlogclient.Log with Operator.AddUnsigned, which
+// returns once every entry is sequenced and integrated. The promise is
+// the operator's unsigned echo (Promise.JWS is empty: nothing crossed a
+// boundary), checked for every entry, in order, with the hash submitted.
 func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (*tlogclient.Promise, error) {
 	subs := make([]tlogfmt.Submission, len(entries))
 	for i, e := range entries {
 		subs[i] = tlogfmt.Submission{ArtifactType: e.ArtifactType, ArtifactHash: tlogclient.FormatHash(e.ArtifactHash)}
 	}
-	jws, sep, err := l.op.Add(ctx, subs)
+	sep, err := l.op.AddUnsigned(ctx, subs)
 	if err != nil {
 		return nil, err
 	}
 	if len(sep.Entries) != len(entries) {
 		return nil, fmt.Errorf("%w: %d entries promised for %d submitted", tlogclient.ErrBadPromise, len(sep.Entries), len(entries))
 	}
-	p := &tlogclient.Promise{JWS: jws, KID: l.op.Key().KID, LogID: sep.LogID, Timestamp: sep.Timestamp,
+	p := &tlogclient.Promise{KID: l.op.Key().KID, LogID: sep.LogID, Timestamp: sep.Timestamp,
 		MMD: time.Duration(sep.MMDSeconds) * time.Second, Entries: make([]tlogclient.PromisedEntry, len(entries))}
 	var loggedAt string // the entries of one promise share logged_at: parsed once
 	var at time.Time
