@@ -73,7 +73,7 @@ func ParseHash(s string) ([32]byte, error) {
 // Promise is a checked Signed Entry Promise: the log signed that it will
 // include these entries within MMD (like an RFC 6962 SCT).
 type Promise struct {
-	JWS       string // the SEP as received (compact JWS, typ SEPDigestType or SEPType)
+	JWS       string // the SEP as received (compact JWS, typ SEPDigestType or SEPType); empty from serve's embedded log (ADR 0038 addendum)
 	KID       string // the log key that signed it
 	LogID     string
 	Timestamp time.Time
