@@ -135,6 +135,10 @@ type Spool struct {
 	first   atomic.Uint64 // first record still on disk (segment start)
 	wakeMu  sync.Mutex
 	wakes   []chan struct{}
+	// parked counts senders blocked on their wake channel (waitWake): a
+	// mapped append wakes only when one is, instead of taking wakeMu for
+	// every record while the senders are busy or gathering a batch.
+	parked atomic.Int32
 
 	badRecords atomic.Int64
 	groupHook  func(rows int) // metrics: records per group commit
@@ -410,14 +414,19 @@ func (s *Spool) appendMapped(code byte, at time.Time, hashes [][32]byte) error {
 	s.durable.Store(s.next)
 	broken := s.broken
 	s.mu.Unlock()
-	s.wakeAll()
+	// durable is stored before parked is read, and waitWake counts itself
+	// in parked before it reads durable (both sequentially consistent):
+	// either it sees these records or it is woken.
+	if s.parked.Load() > 0 {
+		s.wakeAll()
+	}
 	if err != nil {
 		s.log.Error("transparency log: spool write failed; signing with logging on stops until a restart", "dir", s.dir, "err", err)
 		return broken
 	}
-	if s.groupHook != nil {
-		s.groupHook(len(hashes))
-	}
+	// No groupHook: a mapped append is not a group commit (nothing is
+	// gathered or waited for), and the histogram's shared counters cost
+	// more than the copy (docs/performance.md, session 37).
 	return nil
 }
 
@@ -531,6 +540,24 @@ func (s *Spool) subscribe() chan struct{} {
 	s.wakes = append(s.wakes, ch)
 	s.wakeMu.Unlock()
 	return ch
+}
+
+// waitWake blocks until wake is signalled, ctx ends or tick fires,
+// unless the spool already holds records past seen (End() > seen); it
+// reports false when ctx ended.
+func (s *Spool) waitWake(ctx context.Context, wake chan struct{}, tick <-chan time.Time, seen func() uint64) bool {
+	s.parked.Add(1)
+	defer s.parked.Add(-1)
+	if s.End() > seen() {
+		return true
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-wake:
+	case <-tick:
+	}
+	return true
 }
 
 func (s *Spool) wakeAll() {

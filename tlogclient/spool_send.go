@@ -77,19 +77,17 @@ func (ls *logState) spoolSendLoop(ctx context.Context) {
 	wake := sp.subscribe()
 	t := time.NewTicker(time.Second) // a safety net against a missed wake-up
 	defer t.Stop()
-	unread := func() uint64 { // records in the spool this log has not read
+	read := func() uint64 { // the next record this log reads
 		ls.mu.Lock()
 		defer ls.mu.Unlock()
-		return sp.End() - ls.spool.next
+		return ls.spool.next
 	}
+	unread := func() uint64 { return sp.End() - read() } // records in the spool this log has not read
 	for {
 		waiting := unread()
 		if waiting == 0 {
-			select {
-			case <-ctx.Done():
+			if !sp.waitWake(ctx, wake, t.C, read) {
 				return
-			case <-wake:
-			case <-t.C:
 			}
 			continue
 		}
