@@ -87,6 +87,10 @@ func (o *Operator) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, tlogfmt.CodeMethodNotAllowed, "use "+rt.method)
 		return
 	}
+	if rt.method == http.MethodPost && o.cfg.SubmitInProcessOnly {
+		writeError(w, http.StatusForbidden, tlogfmt.CodeForbidden, "this log takes submissions from its own process only (keysvc serve's embedded log); its reads are public")
+		return
+	}
 	if rt.method == http.MethodPost && !o.submitAllowed(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="keysvc-tlog"`)
 		writeError(w, http.StatusUnauthorized, tlogfmt.CodeUnauthorized, "submitting needs a valid bearer token")

@@ -124,6 +124,12 @@ type Config struct {
 	// of these (compared in constant time); reads stay public. Empty: anyone
 	// may submit (a public log).
 	SubmitTokenHashes [][32]byte
+	// SubmitInProcessOnly closes POST add and add-batch (HTTP 403,
+	// tlogfmt.CodeForbidden): entries come only through Add, AddUnsigned
+	// and AddDigest in this process (keysvc serve's embedded log), and the
+	// listener serves reads. Without it anyone who reaches the listener
+	// could log a hash before the node does, under another artifact type.
+	SubmitInProcessOnly bool
 	// Registerer, when set, receives the operator's Prometheus metrics
 	// (keysvc_tlog_operator_*).
 	Registerer prometheus.Registerer

@@ -843,6 +843,38 @@ func TestSubmitTokens(t *testing.T) {
 	waitProof(t, srv.URL, artifact(500)) // reads need no token
 }
 
+// TestSubmitInProcessOnly: with SubmitInProcessOnly (serve's embedded
+// log) add and add-batch answer 403 forbidden, with or without a token,
+// and add nothing; the process's own Add logs, and reads stay public.
+func TestSubmitInProcessOnly(t *testing.T) {
+	op, srv := startLog(t, tlog.Config{SubmitInProcessOnly: true, SubmitTokenHashes: [][32]byte{sha256.Sum256([]byte("node-1-secret"))}})
+	for _, c := range []struct{ path, body, auth string }{
+		{"add", `{"artifact_type":"vrp_status_event","artifact_hash":"` + artifact(700) + `"}`, ""},
+		{"add", `{"artifact_type":"vrp_status_event","artifact_hash":"` + artifact(700) + `"}`, "Bearer node-1-secret"},
+		{"add-batch", `{"entries":[{"artifact_type":"vrp_status_event","artifact_hash":"` + artifact(700) + `"}]}`, ""},
+	} {
+		req, _ := http.NewRequest("POST", srv.URL+tlogfmt.PathPrefix+c.path, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !bytes.Contains(b, []byte(`"code":"forbidden"`)) {
+			t.Errorf("POST %s (Authorization %q): %d %s, want 403 forbidden", c.path, c.auth, resp.StatusCode, b)
+		}
+	}
+	_, sep, err := op.Add(context.Background(), []tlogfmt.Submission{{ArtifactType: "vrp_attestation", ArtifactHash: artifact(700)}})
+	if err != nil || *sep.Entries[0].LeafIndex != 0 || sep.Entries[0].ArtifactType != "vrp_attestation" {
+		t.Fatalf("in-process Add after the refused posts: %+v %v; want leaf 0 as vrp_attestation (nothing was added over HTTP)", sep, err)
+	}
+	waitProof(t, srv.URL, artifact(700)) // reads stay public
+}
+
 // TestOneOperatorPerDir: a second operator on a data directory in use is
 // refused; after Close it opens, and the log it finds is the same.
 func TestOneOperatorPerDir(t *testing.T) {

@@ -53,7 +53,7 @@ func (f *tlogFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.spoolSync, "tlog-spool-sync", tlogclient.SpoolSyncWrite, "with --tlog-durability spool: write (records copied into a shared memory mapping of the spool segment, in the page cache when the request is answered: survives kill -9 of keysvc, not a power loss) or fdatasync (write(2) and fdatasync(2) per group of concurrent requests: survives a power loss)")
 	fs.IntVar(&f.committers, "tlog-committers", 0, "group commits of the outbox in flight at once (default 1 on SQLite, 4 on PostgreSQL)")
 	fs.StringVar(&f.embedded, "tlog-embedded", "auto", "run a transparency log in this process (Tessera, POSIX, <data-dir>/tlog): true, false, or auto (with --dev when no --tlog-url is given)")
-	fs.StringVar(&f.embeddedListen, "tlog-embedded-listen", "127.0.0.1:0", "listener of the embedded log's endpoints (the log's own surface: verifiers fetch its keys and tree heads there)")
+	fs.StringVar(&f.embeddedListen, "tlog-embedded-listen", "127.0.0.1:0", "listener of the embedded log's endpoints (the log's own surface: verifiers fetch its keys, tree heads and proofs there; it takes no submissions over HTTP, add and add-batch answer 403: serve logs in process)")
 }
 
 // validate checks the flags alone.
@@ -207,7 +207,7 @@ func (rt *tlogRuntime) startEmbedded(ctx context.Context, log *slog.Logger, dir,
 	if err != nil {
 		return "", err
 	}
-	op, err := tlog.New(ctx, tlog.Config{Dir: dir, Origin: rec.Origin, Signer: s, Logger: log})
+	op, err := tlog.New(ctx, tlog.Config{Dir: dir, Origin: rec.Origin, Signer: s, Logger: log, SubmitInProcessOnly: true})
 	if err != nil {
 		b.Close()
 		return "", err
@@ -219,7 +219,7 @@ func (rt *tlogRuntime) startEmbedded(ctx context.Context, log *slog.Logger, dir,
 		return "", err
 	}
 	srv := newHTTPServer(op.Handler())
-	srv.WriteTimeout = 60 * time.Second // an add-batch waits for sequencing
+	srv.WriteTimeout = 60 * time.Second
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("embedded transparency log listener failed", "err", err)
@@ -278,7 +278,8 @@ type embeddedLog struct {
 // AddBatch implements tlogclient.Log with Operator.AddUnsigned, which
 // returns once every entry is sequenced and integrated. The promise is
 // the operator's unsigned echo (Promise.JWS is empty: nothing crossed a
-// boundary), checked for every entry, in order, with the hash submitted.
+// boundary), checked for every entry, in order, with the hash and the
+// artifact type submitted (ErrBadPromise otherwise).
 func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (*tlogclient.Promise, error) {
 	subs := make([]tlogfmt.Submission, len(entries))
 	for i, e := range entries {
@@ -298,6 +299,15 @@ func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (
 	for i, e := range sep.Entries {
 		if e.ArtifactHash != subs[i].ArtifactHash {
 			return nil, fmt.Errorf("%w: entry %d is not the one submitted", tlogclient.ErrBadPromise, i)
+		}
+		// The log keeps one entry per hash: a hash it already holds under
+		// another artifact type is echoed with that type, and that leaf
+		// does not log this artifact. Refused as the HTTP client refuses
+		// it (tlogclient.HTTPLog): the record stays in the spool and the
+		// log is reported down, where accepting it would drop the record
+		// as logged under a leaf no proof for it can use.
+		if e.ArtifactType != subs[i].ArtifactType {
+			return nil, fmt.Errorf("%w: entry %d is not the one submitted (artifact_type %s, submitted %s)", tlogclient.ErrBadPromise, i, e.ArtifactType, subs[i].ArtifactType)
 		}
 		idx := int64(-1)
 		if e.LeafIndex != nil {

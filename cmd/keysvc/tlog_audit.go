@@ -51,6 +51,12 @@ audit could not run (the log did not answer, --deadline passed, or
 			if deadline < 0 {
 				return usage(cmd, "--deadline must not be negative (0: no limit)")
 			}
+			if required < 0 {
+				return usage(cmd, "--witnesses-required must not be negative (0: no cosignatures required)")
+			}
+			if required > len(witnessKeys) {
+				return usage(cmd, "--witnesses-required %d needs at least %d --witness-key (it counts trusted witnesses' cosignatures)", required, required)
+			}
 			if maxAge < 0 {
 				return usage(cmd, "--max-tree-age must not be negative (0 turns the check off)")
 			}
@@ -98,7 +104,7 @@ audit could not run (the log did not answer, --deadline passed, or
 	}
 	cmd.Flags().StringArrayVar(&logKeys, "log-key", nil, "the log's C2SP verifier key, or a file holding it (repeatable)")
 	cmd.Flags().StringArrayVar(&witnessKeys, "witness-key", nil, "a trusted witness's verifier key (repeatable; one public key may be listed once)")
-	cmd.Flags().IntVar(&required, "witnesses-required", 0, "cosignatures the newest checkpoint must carry")
+	cmd.Flags().IntVar(&required, "witnesses-required", 0, "cosignatures by distinct --witness-key witnesses the newest checkpoint must carry (0 to the number of --witness-key)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "limit on each HTTP request")
 	cmd.Flags().DurationVar(&deadline, "deadline", time.Hour, "limit on the whole audit (exit 2 when it passes); 0: no limit")
 	cmd.Flags().DurationVar(&maxAge, "max-tree-age", time.Hour, "with --witnesses-required K: the newest tree's K-th newest trusted cosignature may be no older than this; without witnesses it applies only when set, to the STH's time (which an idle keysvc log does not move); 0 turns the check off")

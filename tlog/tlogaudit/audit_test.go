@@ -157,7 +157,7 @@ func TestAuditTreeHeadBehindTheArchive(t *testing.T) {
 
 	h.current = two
 	rep, err := Audit(context.Background(), opts)
-	if err != nil || rep.STHs != 2 || rep.TreeSize != 3 || rep.ConsistencyProofs != 1 {
+	if err != nil || rep.STHs != 2 || rep.TreeSize != 3 || rep.ConsistencyProofs != 2 {
 		t.Fatalf("GET sth an archived head behind the newest: %+v %v", rep, err)
 	}
 	fork := testonly.New(rfc6962.DefaultHasher)
@@ -171,6 +171,63 @@ func TestAuditTreeHeadBehindTheArchive(t *testing.T) {
 	h.current = signedHead(t, 1, h.tree.HashAt(1), t0.Add(2*time.Minute)) // a size the archive never held
 	if _, err := Audit(context.Background(), opts); !errors.As(err, &inc) {
 		t.Fatalf("GET sth a head of a size not archived: %v, want *Inconsistency", err)
+	}
+}
+
+// TestAuditTreeHeadBehindTheArchiveIsProved: archived's look-up is a
+// second answer the scan never checked, so a log can show it the forked
+// head that GET sth serves. The head must also be proved consistent with
+// the newest tree the scan verified: a fork of size 2 fails whether the
+// scanned archive never held size 2 or held it with the honest root. (From
+// an attack review, session 37.)
+func TestAuditTreeHeadBehindTheArchiveIsProved(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	honest := testonly.New(rfc6962.DefaultHasher)
+	honest.AppendData(leaf(0), leaf(1), leaf(2))
+	one, two, three := signedHead(t, 1, honest.HashAt(1), t0), signedHead(t, 2, honest.HashAt(2), t0.Add(20*time.Second)), signedHead(t, 3, honest.HashAt(3), t0.Add(time.Minute))
+	fork := testonly.New(rfc6962.DefaultHasher)
+	fork.AppendData(leaf(0), leaf(99)) // rewrites entry 1
+	forked := signedHead(t, 2, fork.Hash(), t0.Add(30*time.Second))
+	for name, scanned := range map[string][]tlogfmt.ArchivedSTH{
+		"size 2 never in the scanned archive":              {one, three},
+		"size 2 scanned with the honest root, then forked": {one, two, three},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				q := r.URL.Query()
+				switch r.URL.Path {
+				case tlogfmt.PathPrefix + tlogfmt.EndpointSTH:
+					_ = json.NewEncoder(w).Encode(tlogfmt.STHResponse{STH: forked.STH, Checkpoint: forked.Checkpoint})
+				case tlogfmt.PathPrefix + tlogfmt.EndpointArchive:
+					if q.Get("limit") == "1" { // archived's look-up
+						_ = json.NewEncoder(w).Encode(tlogfmt.ArchiveResponse{STHs: []tlogfmt.ArchivedSTH{forked}})
+						return
+					}
+					_ = json.NewEncoder(w).Encode(tlogfmt.ArchiveResponse{STHs: scanned})
+				case tlogfmt.PathPrefix + tlogfmt.EndpointConsistency:
+					first, _ := strconv.ParseUint(q.Get("first"), 10, 64)
+					second, _ := strconv.ParseUint(q.Get("second"), 10, 64)
+					p, err := honest.ConsistencyProof(first, second)
+					if err != nil {
+						http.Error(w, err.Error(), http.StatusBadRequest)
+						return
+					}
+					cr := tlogfmt.ConsistencyResponse{LogID: hostileOrigin, First: first, Second: second}
+					for _, x := range p {
+						cr.ConsistencyProof = append(cr.ConsistencyProof, base64.RawURLEncoding.EncodeToString(x))
+					}
+					_ = json.NewEncoder(w).Encode(cr)
+				default:
+					http.NotFound(w, r)
+				}
+			}))
+			defer srv.Close()
+			rep, err := Audit(context.Background(), Options{BaseURL: srv.URL, Keys: []tlogfmt.LogKey{hostileKey(t)}})
+			var inc *Inconsistency
+			if !errors.As(err, &inc) || inc.First != 2 || inc.Second != 3 || !strings.Contains(err.Error(), "consistency proof does not verify") {
+				t.Fatalf("Audit of a log whose GET sth is a forked size-2 head: %+v, %v; want the consistency proof from 2 to 3 refused", rep, err)
+			}
+		})
 	}
 }
 
@@ -243,5 +300,26 @@ func TestWitnessQuorumIsPublicKeys(t *testing.T) {
 	}
 	if err := audit(w.VKey(), other.VKey()); err != nil {
 		t.Errorf("Audit, two witnesses: %v", err)
+	}
+}
+
+// TestWitnessesRequiredRange: Audit and Scan refuse a WitnessesRequired
+// below 0 or above the trusted witness keys before any request (a
+// negative K indexed the cosignature times, and panicked).
+func TestWitnessesRequiredRange(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("request %s: the options should have been refused first", r.URL)
+	}))
+	defer srv.Close()
+	for _, k := range []int{-1, 1} {
+		_, err := Audit(context.Background(), Options{BaseURL: srv.URL, Keys: []tlogfmt.LogKey{hostileKey(t)}, WitnessesRequired: k})
+		want := fmt.Sprintf("tlogaudit: WitnessesRequired %d: want 0 to the 0 WitnessVKeys", k)
+		if err == nil || err.Error() != want {
+			t.Errorf("Audit with WitnessesRequired %d: %v, want %q", k, err, want)
+		}
+		_, err = Scan(context.Background(), ScanOptions{BaseURL: srv.URL, Keys: []ed25519.PublicKey{hostileKey(t).Public}, WitnessesRequired: k})
+		if err == nil || err.Error() != want {
+			t.Errorf("Scan with WitnessesRequired %d: %v, want %q", k, err, want)
+		}
 	}
 }

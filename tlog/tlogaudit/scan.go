@@ -138,6 +138,9 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 	if len(opts.Keys) == 0 {
 		return nil, errors.New("tlogaudit: no log key")
 	}
+	if opts.WitnessesRequired < 0 || opts.WitnessesRequired > len(opts.WitnessVKeys) {
+		return nil, fmt.Errorf("tlogaudit: WitnessesRequired %d: want 0 to the %d WitnessVKeys", opts.WitnessesRequired, len(opts.WitnessVKeys))
+	}
 	if opts.Client == nil {
 		opts.Client = sameorigin.Client(30 * time.Second)
 	}

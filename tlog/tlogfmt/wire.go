@@ -79,6 +79,7 @@ const (
 	CodeInvalidRequest       = "invalid_request"        // 400: a parameter or member has a bad value
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
 	CodeUnauthorized         = "unauthorized"           // 401: the operator requires a submitter token for add/add-batch
+	CodeForbidden            = "forbidden"              // 403: this log takes no submissions over HTTP (keysvc serve's embedded log)
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415
 	CodeBodyTooLarge         = "body_too_large"         // 413
 	CodeBatchTooLarge        = "batch_too_large"        // 400: more than MaxBatchEntries entries
