@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // Artifact types of VRP Transparency Log v0.1 (§4.1).
@@ -51,7 +52,14 @@ type Entry struct {
 }
 
 // HashArtifact returns the SHA-256 of an artifact's exact bytes.
-func HashArtifact(artifact string) [32]byte { return sha256.Sum256([]byte(artifact)) }
+//
+// The string's bytes are hashed in place: sha256.Sum256 only reads its
+// argument and keeps no reference, and []byte(artifact) copied every
+// signature's JWS (~600 bytes, an allocation) on the signing path
+// (docs/performance.md, session 37).
+func HashArtifact(artifact string) [32]byte {
+	return sha256.Sum256(unsafe.Slice(unsafe.StringData(artifact), len(artifact)))
+}
 
 // FormatHash returns "sha256:" + the lower-case hex of h, the form of
 // artifact_hash.

@@ -200,3 +200,20 @@ func histogramCount(t *testing.T, h prometheus.Histogram) uint64 {
 	}
 	return m.GetHistogram().GetSampleCount()
 }
+
+// TestHashArtifact: SHA-256 of the artifact's exact bytes (FIPS 180-4
+// test vector "abc"; the empty string), hashed in place, without a copy.
+func TestHashArtifact(t *testing.T) {
+	for in, want := range map[string]string{
+		"":    "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+		"abc": "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+	} {
+		if got := FormatHash(HashArtifact(in)); got != want {
+			t.Errorf("HashArtifact(%q) = %s, want %s", in, got, want)
+		}
+	}
+	jws := strings.Repeat("eyJhbGciOiJFZERTQSJ9.", 30)
+	if n := testing.AllocsPerRun(100, func() { _ = HashArtifact(jws) }); n != 0 {
+		t.Errorf("HashArtifact of a %d-byte JWS: %v allocations, want 0", len(jws), n)
+	}
+}
