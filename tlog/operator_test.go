@@ -825,22 +825,31 @@ func TestSubmitTokens(t *testing.T) {
 		auth   string
 		status int
 	}{{"", 401}, {"Bearer ", 401}, {"Bearer node-1-secreT", 401}, {"Basic bm9kZS0xLXNlY3JldA==", 401}, {"Bearer node-1-secret", 200}} {
-		req, _ := http.NewRequest("POST", srv.URL+tlogfmt.PathPrefix+"add", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if c.auth != "" {
-			req.Header.Set("Authorization", c.auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != c.status || (c.status == 401 && !bytes.Contains(b, []byte(`"code":"unauthorized"`))) {
-			t.Errorf("Authorization %q: %d %s, want %d", c.auth, resp.StatusCode, b, c.status)
+		status, b := postSubmission(t, srv.URL, "add", body, c.auth)
+		if status != c.status || (c.status == 401 && !bytes.Contains(b, []byte(`"code":"unauthorized"`))) {
+			t.Errorf("Authorization %q: %d %s, want %d", c.auth, status, b, c.status)
 		}
 	}
 	waitProof(t, srv.URL, artifact(500)) // reads need no token
+}
+
+// postSubmission POSTs a JSON body to the log's endpoint (add or
+// add-batch) with an Authorization header when auth is not empty, and
+// returns the status and body.
+func postSubmission(t *testing.T, base, endpoint, body, auth string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+tlogfmt.PathPrefix+endpoint, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }
 
 // TestSubmitInProcessOnly: with SubmitInProcessOnly (serve's embedded
@@ -853,19 +862,9 @@ func TestSubmitInProcessOnly(t *testing.T) {
 		{"add", `{"artifact_type":"vrp_status_event","artifact_hash":"` + artifact(700) + `"}`, "Bearer node-1-secret"},
 		{"add-batch", `{"entries":[{"artifact_type":"vrp_status_event","artifact_hash":"` + artifact(700) + `"}]}`, ""},
 	} {
-		req, _ := http.NewRequest("POST", srv.URL+tlogfmt.PathPrefix+c.path, strings.NewReader(c.body))
-		req.Header.Set("Content-Type", "application/json")
-		if c.auth != "" {
-			req.Header.Set("Authorization", c.auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusForbidden || !bytes.Contains(b, []byte(`"code":"forbidden"`)) {
-			t.Errorf("POST %s (Authorization %q): %d %s, want 403 forbidden", c.path, c.auth, resp.StatusCode, b)
+		status, b := postSubmission(t, srv.URL, c.path, c.body, c.auth)
+		if status != http.StatusForbidden || !bytes.Contains(b, []byte(`"code":"forbidden"`)) {
+			t.Errorf("POST %s (Authorization %q): %d %s, want 403 forbidden", c.path, c.auth, status, b)
 		}
 	}
 	_, sep, err := op.Add(context.Background(), []tlogfmt.Submission{{ArtifactType: "vrp_attestation", ArtifactHash: artifact(700)}})

@@ -108,18 +108,7 @@ func (h *hostileLog) start(t *testing.T) string {
 			}
 			_ = json.NewEncoder(w).Encode(page)
 		case tlogfmt.PathPrefix + tlogfmt.EndpointConsistency:
-			first, _ := strconv.ParseUint(q.Get("first"), 10, 64)
-			second, _ := strconv.ParseUint(q.Get("second"), 10, 64)
-			p, err := h.tree.ConsistencyProof(first, second)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			cr := tlogfmt.ConsistencyResponse{LogID: hostileOrigin, First: first, Second: second}
-			for _, x := range p {
-				cr.ConsistencyProof = append(cr.ConsistencyProof, base64.RawURLEncoding.EncodeToString(x))
-			}
-			_ = json.NewEncoder(w).Encode(cr)
+			serveConsistency(w, r, h.tree)
 		default:
 			if strings.HasPrefix(r.URL.Path, "/tile/entries/") {
 				var b []byte
@@ -140,6 +129,23 @@ func newHostileLog(leaves ...[]byte) *hostileLog {
 	h := &hostileLog{tree: testonly.New(rfc6962.DefaultHasher), leaves: leaves}
 	h.tree.AppendData(leaves...)
 	return h
+}
+
+// serveConsistency answers GET consistency?first=&second= from tree.
+func serveConsistency(w http.ResponseWriter, r *http.Request, tree *testonly.Tree) {
+	q := r.URL.Query()
+	first, _ := strconv.ParseUint(q.Get("first"), 10, 64)
+	second, _ := strconv.ParseUint(q.Get("second"), 10, 64)
+	p, err := tree.ConsistencyProof(first, second)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	cr := tlogfmt.ConsistencyResponse{LogID: hostileOrigin, First: first, Second: second}
+	for _, x := range p {
+		cr.ConsistencyProof = append(cr.ConsistencyProof, base64.RawURLEncoding.EncodeToString(x))
+	}
+	_ = json.NewEncoder(w).Encode(cr)
 }
 
 // TestAuditTreeHeadBehindTheArchive: a GET sth behind the archive's
@@ -205,18 +211,7 @@ func TestAuditTreeHeadBehindTheArchiveIsProved(t *testing.T) {
 					}
 					_ = json.NewEncoder(w).Encode(tlogfmt.ArchiveResponse{STHs: scanned})
 				case tlogfmt.PathPrefix + tlogfmt.EndpointConsistency:
-					first, _ := strconv.ParseUint(q.Get("first"), 10, 64)
-					second, _ := strconv.ParseUint(q.Get("second"), 10, 64)
-					p, err := honest.ConsistencyProof(first, second)
-					if err != nil {
-						http.Error(w, err.Error(), http.StatusBadRequest)
-						return
-					}
-					cr := tlogfmt.ConsistencyResponse{LogID: hostileOrigin, First: first, Second: second}
-					for _, x := range p {
-						cr.ConsistencyProof = append(cr.ConsistencyProof, base64.RawURLEncoding.EncodeToString(x))
-					}
-					_ = json.NewEncoder(w).Encode(cr)
+					serveConsistency(w, r, honest)
 				default:
 					http.NotFound(w, r)
 				}
