@@ -87,6 +87,118 @@ func TestSpoolMappedFailureFailsClosed(t *testing.T) {
 	}
 }
 
+// TestSpoolWriteAtMatchesMappedCopy: an append of spoolWriteAtRecords or
+// more records (a batch's) goes to the segment files with pwrite(2)
+// (writeAtMapped) and leaves exactly the bytes the mapped copy leaves
+// for the same records: here a batch of 100 that starts mid-segment and
+// spans three 40-record segments, against the same records copied one at
+// a time. Both spools then reopen to the same end and read back the same
+// entries in order; and a batch whose next segment cannot be mapped keeps
+// the records before it and fails closed, as the copy does.
+func TestSpoolWriteAtMatchesMappedCopy(t *testing.T) {
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	at := time.Unix(1767225600, 123456789)
+	hashes := make([][32]byte, 107)
+	for i := range hashes {
+		hashes[i] = HashArtifact(fmt.Sprintf("eyJ.artifact-%d.sig", i))
+	}
+	// runs: the appends each spool makes, as lengths over hashes in order.
+	write := func(runs []int) string {
+		dir := t.TempDir()
+		sp, err := OpenSpool(SpoolOptions{Dir: dir, SegmentRecords: 40, Logger: discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sp.mapped {
+			t.Fatal("the write mode did not map its segment (fallocate unsupported on the test's file system?)")
+		}
+		next := 0
+		for _, n := range runs {
+			if err := sp.append(context.Background(), artifactCode(ArtifactAttestation), at, hashes[next:next+n]); err != nil {
+				t.Fatal(err)
+			}
+			next += n
+		}
+		if got := sp.End(); got != uint64(len(hashes)) {
+			t.Fatalf("runs %v: end %d, want %d", runs, got, len(hashes))
+		}
+		if err := sp.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	singles := make([]int, len(hashes))
+	for i := range singles {
+		singles[i] = 1
+	}
+	copied := write(singles)
+	batched := write([]int{3, 100, 4}) // 100 ≥ spoolWriteAtRecords: records 3..102 in segments 0, 1 and 2
+	for k := range 3 {
+		name := fmt.Sprintf("spool-%016x.bin", k)
+		a, err := os.ReadFile(copied + "/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(batched + "/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantLen := min(40, len(hashes)-40*k) * SpoolRecordSize
+		if len(a) != wantLen || string(a) != string(b) {
+			t.Fatalf("%s: copied %d bytes, batched %d, want %d identical bytes", name, len(a), len(b), wantLen)
+		}
+	}
+	sp, err := OpenSpool(SpoolOptions{Dir: batched, SegmentRecords: 40, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	if got := sp.End(); got != uint64(len(hashes)) {
+		t.Fatalf("reopened end %d, want %d", got, len(hashes))
+	}
+	var got []spoolEntry
+	for start := uint64(0); start < sp.End(); {
+		e, next, err := sp.read(start, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, start = append(got, e...), next
+	}
+	if len(got) != len(hashes) {
+		t.Fatalf("read back %d records, want %d", len(got), len(hashes))
+	}
+	for i, e := range got {
+		if e.seq != uint64(i) || e.entry.ArtifactHash != hashes[i] || e.entry.ArtifactType != ArtifactAttestation || !e.at.Equal(at) {
+			t.Fatalf("record %d read back as %+v", i, e)
+		}
+	}
+
+	// Fails closed: segment 1 cannot be mapped (a directory where its file
+	// goes); a batch of 50 from record 30 writes 10 and fails.
+	dir := t.TempDir()
+	sp2, err := OpenSpool(SpoolOptions{Dir: dir, SegmentRecords: 40, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp2.Close()
+	if err := os.Mkdir(sp2.segPath(1), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	code := artifactCode(ArtifactAttestation)
+	if err := sp2.append(context.Background(), code, at, hashes[:30]); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp2.append(context.Background(), code, at, hashes[30:80]); err == nil || !strings.Contains(err.Error(), "spool write failed") {
+		t.Fatalf("batch into an unmappable segment: %v, want the spool's failure", err)
+	}
+	if err := sp2.append(context.Background(), code, at, hashes[80:81]); err == nil || !strings.Contains(err.Error(), "spool write failed") {
+		t.Fatalf("later append: %v, want the spool's failure", err)
+	}
+	if got := sp2.End(); got != 40 {
+		t.Fatalf("spool end %d, want 40 (the records before the failure)", got)
+	}
+}
+
 type stubLog struct{}
 
 func (stubLog) URL() string { return "http://127.0.0.1:1" }
