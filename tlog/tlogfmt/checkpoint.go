@@ -105,6 +105,14 @@ func VerifyCosignatures(text string, witnessVKeys []string) ([]Cosignature, erro
 		if err != nil {
 			return nil, fmt.Errorf("%w: cosignature of %s: %v", ErrSignature, n.Sigs[0].Name, err)
 		}
+		if ts.Unix() < 0 {
+			// A timestamp of 2^63 seconds or more, which the library's
+			// int64 conversion reads as before 1970: no time a witness
+			// can have meant. Left out like a cosignature that does not
+			// verify, so that it neither makes a tree look current nor
+			// moves the NOT LOGGED cutoff back to 1970.
+			continue
+		}
 		out = append(out, Cosignature{Name: n.Sigs[0].Name, VKey: w.vkey, Timestamp: ts.UTC()})
 	}
 	if len(out) == 0 {

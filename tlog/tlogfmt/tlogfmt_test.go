@@ -299,6 +299,16 @@ func TestVerifyCosignaturesCountsWitnessesNotNames(t *testing.T) {
 	if _, err := tlogfmt.VerifyCosignatures(bad, []string{w2.VKey()}); !errors.Is(err, tlogfmt.ErrSignature) {
 		t.Fatalf("only an invalid cosignature: %v, want ErrSignature", err)
 	}
+	// A cosignature dated 2^63 seconds or later (here 2^64-1, signed as
+	// such) reads as 1969 through the library: left out, w1 counts.
+	wrapped := string(signed) + w1.Line(body, ts) + w2.Line(body, time.Unix(-1, 0))
+	got, err = tlogfmt.VerifyCosignatures(wrapped, []string{w1.VKey(), w2.VKey()})
+	if err != nil || len(got) != 1 || got[0].Name != w1.Name() {
+		t.Fatalf("a cosignature dated 2^64-1 beside a valid one: %+v %v, want witness.one's alone", got, err)
+	}
+	if _, err := tlogfmt.VerifyCosignatures(wrapped, []string{w2.VKey()}); !errors.Is(err, tlogfmt.ErrSignature) {
+		t.Fatalf("only a cosignature dated 2^64-1: %v, want ErrSignature", err)
+	}
 	// The key's base64 may hold '+', the separator of the name and hash.
 	plus := tlogtest.NewCosigner("witness.plus", 8)
 	if strings.Count(plus.VKey(), "+") < 3 {

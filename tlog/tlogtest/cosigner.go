@@ -53,8 +53,9 @@ func (c Cosigner) KeyHash() uint32 {
 
 // Sign cosigns the checkpoint body msg at c's time (note.Signer).
 func (c Cosigner) Sign(msg []byte) ([]byte, error) {
-	sig := binary.BigEndian.AppendUint64(nil, uint64(c.at.Unix()))
-	return append(sig, ed25519.Sign(c.priv, fmt.Appendf(nil, "cosignature/v1\ntime %d\n%s", c.at.Unix(), msg))...), nil
+	ts := uint64(c.at.Unix()) // a time before 1970 signs as the uint64 it wraps to (≥ 2^63)
+	sig := binary.BigEndian.AppendUint64(nil, ts)
+	return append(sig, ed25519.Sign(c.priv, fmt.Appendf(nil, "cosignature/v1\ntime %d\n%s", ts, msg))...), nil
 }
 
 // VKey is c's verifier key: "<name>+<hash>+<base64 of 0x04 and the key>".
