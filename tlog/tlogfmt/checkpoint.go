@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"filippo.io/edwards25519"
 	f_log "github.com/transparency-dev/formats/log"
 	f_note "github.com/transparency-dev/formats/note"
 	"golang.org/x/mod/sumdb/note"
@@ -134,5 +135,25 @@ func WitnessPublicKey(vkey string) (ed25519.PublicKey, error) {
 	if err != nil || len(b) != 1+ed25519.PublicKeySize || (b[0] != 0x01 && b[0] != 0x04) {
 		return nil, fmt.Errorf("%w: %q is not an Ed25519 or cosignature/v1 verifier key", ErrWitnessKey, vkey)
 	}
+	if err := checkEd25519Point(b[1:]); err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", ErrWitnessKey, vkey, err)
+	}
 	return ed25519.PublicKey(b[1:]), nil
+}
+
+// checkEd25519Point refuses an Ed25519 public key (RFC 8032 §5.1.5
+// encoding) that is not a point of edwards25519, or is one of small order
+// (its multiple by the cofactor 8 is the identity). Under a small-order
+// key a signature can be made without any private key — with the identity
+// point, R = identity and S = 0 verify for every message — so a witness
+// or log configured with one would let anyone cosign or sign for it.
+func checkEd25519Point(pub []byte) error {
+	p, err := new(edwards25519.Point).SetBytes(pub)
+	if err != nil {
+		return errors.New("the key is not a point of edwards25519")
+	}
+	if new(edwards25519.Point).MultByCofactor(p).Equal(edwards25519.NewIdentityPoint()) == 1 {
+		return errors.New("the key is a point of small order, under which anyone can sign")
+	}
+	return nil
 }

@@ -41,6 +41,9 @@ func NewLogKey(origin string, pub crypto.PublicKey) (LogKey, error) {
 	if !ok || len(ed) != ed25519.PublicKeySize {
 		return LogKey{}, errors.New("tlogfmt: the log key must be Ed25519")
 	}
+	if err := checkEd25519Point(ed); err != nil {
+		return LogKey{}, fmt.Errorf("tlogfmt: log key: %v", err)
+	}
 	if origin == "" || !jcsSafe(origin) || strings.ContainsAny(origin, " +") {
 		return LogKey{}, fmt.Errorf("tlogfmt: log origin %q must be printable ASCII without spaces, '+', '\"' or '\\'", origin)
 	}

@@ -322,3 +322,39 @@ func TestVerifyCosignaturesCountsWitnessesNotNames(t *testing.T) {
 		t.Fatalf("two witnesses: %+v %v", got, err)
 	}
 }
+
+// TestSmallOrderKeysRefused: a witness or log key that is a point of
+// small order is refused where it is read (WitnessPublicKey, and so
+// VerifyCosignatures and verifier.ParseWitnessKey; NewLogKey, and so
+// ParseJWKS and ParseVKey): under the identity point, the signature
+// R = identity, S = 0 verifies for any message with crypto/ed25519, so
+// such a witness's cosignature could be made by anyone. A real key is
+// accepted.
+func TestSmallOrderKeysRefused(t *testing.T) {
+	identity := append([]byte{1}, make([]byte, 31)...)
+	forged := append(append([]byte{}, identity...), make([]byte, 32)...) // R = identity, S = 0
+	if !ed25519.Verify(identity, []byte("any message at all"), forged) {
+		t.Fatal("the forged signature does not verify under the identity key: the premise of this test is gone")
+	}
+	order2, _ := hex.DecodeString("ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f") // y = -1
+	order4 := make([]byte, 32)                                                                           // y = 0
+	for name, pub := range map[string][]byte{"identity": identity, "order 2": order2, "order 4": order4} {
+		for _, typ := range []byte{0x01, 0x04} {
+			kh := sha256.Sum256(append([]byte("witness.weak\n"+string(typ)), pub...))
+			vkey := "witness.weak+" + hex.EncodeToString(kh[:4]) + "+" + base64.StdEncoding.EncodeToString(append([]byte{typ}, pub...))
+			if _, err := tlogfmt.WitnessPublicKey(vkey); !errors.Is(err, tlogfmt.ErrWitnessKey) || !strings.Contains(err.Error(), "small order") {
+				t.Errorf("%s, type %#x: WitnessPublicKey: %v, want ErrWitnessKey for a small-order point", name, typ, err)
+			}
+			if _, err := tlogfmt.VerifyCosignatures("log.example.test/vrp\n1\nAAAA\n", []string{vkey}); !errors.Is(err, tlogfmt.ErrWitnessKey) {
+				t.Errorf("%s, type %#x: VerifyCosignatures: %v, want ErrWitnessKey", name, typ, err)
+			}
+		}
+		if _, err := tlogfmt.NewLogKey("log.example.test/vrp", ed25519.PublicKey(pub)); err == nil || !strings.Contains(err.Error(), "small order") {
+			t.Errorf("%s: NewLogKey: %v, want a small-order refusal", name, err)
+		}
+	}
+	w := tlogtest.NewCosigner("witness.good", 1)
+	if pub, err := tlogfmt.WitnessPublicKey(w.VKey()); err != nil || !pub.Equal(w.Public()) {
+		t.Fatalf("a real witness key: %x %v", pub, err)
+	}
+}
