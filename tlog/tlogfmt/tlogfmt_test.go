@@ -337,7 +337,7 @@ func TestSmallOrderKeysRefused(t *testing.T) {
 		t.Fatal("the forged signature does not verify under the identity key: the premise of this test is gone")
 	}
 	order2, _ := hex.DecodeString("ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f") // y = -1
-	order4 := make([]byte, 32)                                                                           // y = 0
+	order4 := make([]byte, 32)                                                                        // y = 0
 	for name, pub := range map[string][]byte{"identity": identity, "order 2": order2, "order 4": order4} {
 		for _, typ := range []byte{0x01, 0x04} {
 			kh := sha256.Sum256(append([]byte("witness.weak\n"+string(typ)), pub...))
