@@ -720,6 +720,33 @@ func (s *Spool) saveCursor(logURL string, pos uint64) error {
 	return os.Rename(tmp, p)
 }
 
+// MoveCursor hands the delivered position the spool keeps for log URL
+// from to log URL to, for a log whose URL changed between runs (serve's
+// embedded log listens on a new port at each start): the records still
+// owed to from are then delivered to to, instead of to no one. When to
+// has a position too, the earlier of the two is kept (the log folds
+// records delivered twice). moved is false when the spool has no cursor
+// for from. Call it before the Client that uses the spool is created.
+func (s *Spool) MoveCursor(from, to string) (moved bool, err error) {
+	if from == to {
+		return false, nil
+	}
+	pos, ok := s.loadCursor(from)
+	if !ok {
+		return false, nil
+	}
+	if have, ok := s.loadCursor(to); ok {
+		pos = min(pos, have)
+	}
+	if err := s.saveCursor(to, pos); err != nil {
+		return false, fmt.Errorf("tlogclient: spool: moving the cursor of %s to %s: %w", from, to, err)
+	}
+	if err := os.Remove(s.cursorPath(from)); err != nil {
+		return true, fmt.Errorf("tlogclient: spool: moving the cursor of %s to %s: %w", from, to, err)
+	}
+	return true, nil
+}
+
 // otherCursors returns the delivered positions of logs the spool has
 // cursors for that are not in configured.
 func (s *Spool) otherCursors(configured []string) map[string]uint64 {

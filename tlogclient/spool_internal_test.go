@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,5 +328,135 @@ func TestHashArtifact(t *testing.T) {
 	jws := strings.Repeat("eyJhbGciOiJFZERTQSJ9.", 30)
 	if n := testing.AllocsPerRun(100, func() { _ = HashArtifact(jws) }); n != 0 {
 		t.Errorf("HashArtifact of a %d-byte JWS: %v allocations, want 0", len(jws), n)
+	}
+}
+
+// downLog fails every batch (a log that is down).
+type downLog struct{ url string }
+
+func (l downLog) URL() string { return l.url }
+func (downLog) AddBatch(context.Context, []Entry) (*Promise, error) {
+	return nil, io.ErrUnexpectedEOF
+}
+func (downLog) Proof(context.Context, [32]byte, uint64) ([]byte, error) { return nil, ErrNotFound }
+func (downLog) Archive(context.Context, uint64, int) ([]ArchivedTree, error) {
+	return nil, nil
+}
+
+// hashLog records the hashes it is given.
+type hashLog struct {
+	url string
+	mu  sync.Mutex
+	got map[[32]byte]bool
+}
+
+func (l *hashLog) URL() string { return l.url }
+func (l *hashLog) AddBatch(_ context.Context, es []Entry) (*Promise, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range es {
+		l.got[e.ArtifactHash] = true
+	}
+	return &Promise{LogID: "test"}, nil
+}
+func (*hashLog) Proof(context.Context, [32]byte, uint64) ([]byte, error) { return nil, ErrNotFound }
+func (*hashLog) Archive(context.Context, uint64, int) ([]ArchivedTree, error) {
+	return nil, nil
+}
+
+// TestSpoolMoveCursor: records owed to a log whose URL changed between
+// runs (serve's embedded log on a new port; found by an attack review)
+// reach it at its new URL once MoveCursor hands the old URL's position
+// over, and only then: without it they stay owed to the old URL. When the
+// new URL has a position too, the earlier one is kept.
+func TestSpoolMoveCursor(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	run := func(sp *Spool, l Log, d time.Duration) {
+		c, err := New(Config{Spool: sp, Logs: []Log{l}, FlushDelay: time.Millisecond, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { c.Run(ctx); close(done) }()
+		time.Sleep(d)
+		cancel()
+		<-done
+	}
+	owed := func(move bool) int {
+		dir := t.TempDir()
+		sp, err := OpenSpool(SpoolOptions{Dir: dir, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first run: the log at the old URL is down while 3 records
+		// are signed, and the run stops with them owed.
+		c, err := New(Config{Spool: sp, Logs: []Log{downLog{"http://127.0.0.1:40001"}}, FlushDelay: time.Millisecond, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { c.Run(ctx); close(done) }()
+		for i := range 3 {
+			if err := c.RecordJWS(context.Background(), []string{fmt.Sprintf("eyJ.owed-%d.sig", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+		<-done
+		sp.Close()
+		sp, err = OpenSpool(SpoolOptions{Dir: dir, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sp.Close()
+		if move {
+			if moved, err := sp.MoveCursor("http://127.0.0.1:40001", "http://127.0.0.1:40002"); err != nil || !moved {
+				t.Fatalf("MoveCursor: %v %v", moved, err)
+			}
+			if moved, err := sp.MoveCursor("http://127.0.0.1:40001", "http://127.0.0.1:40002"); err != nil || moved {
+				t.Fatalf("MoveCursor again: %v %v, want nothing to move", moved, err)
+			}
+		}
+		l := &hashLog{url: "http://127.0.0.1:40002", got: map[[32]byte]bool{}}
+		run(sp, l, time.Second)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for i := range 3 {
+			if move && !l.got[HashArtifact(fmt.Sprintf("eyJ.owed-%d.sig", i))] {
+				t.Fatalf("record %d did not reach the log at its new URL", i)
+			}
+		}
+		return len(l.got)
+	}
+	if n := owed(true); n != 3 {
+		t.Fatalf("with MoveCursor the log at its new URL got %d records, want the 3 owed", n)
+	}
+	if n := owed(false); n != 0 {
+		t.Fatalf("without MoveCursor the log at its new URL got %d records: the test no longer shows what MoveCursor is for", n)
+	}
+
+	// Both URLs have positions: the earlier is kept.
+	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	if err := sp.saveCursor("http://a", 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.saveCursor("http://b", 9); err != nil {
+		t.Fatal(err)
+	}
+	if moved, err := sp.MoveCursor("http://a", "http://b"); err != nil || !moved {
+		t.Fatalf("MoveCursor: %v %v", moved, err)
+	}
+	if pos, ok := sp.loadCursor("http://b"); !ok || pos != 7 {
+		t.Fatalf("cursor of the new URL: %d %v, want 7 (the earlier)", pos, ok)
+	}
+	if _, ok := sp.loadCursor("http://a"); ok {
+		t.Fatal("the old URL's cursor is still there")
 	}
 }

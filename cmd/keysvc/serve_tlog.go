@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -161,6 +162,12 @@ func (f *tlogFlags) start(ctx context.Context, st store.Store, log *slog.Logger,
 		}
 		rt.spool = sp
 	}
+	if embedded {
+		if err := moveEmbeddedOwed(ctx, log, rt.spool, ob, filepath.Join(dataDir, "tlog"), rt.EmbeddedURL); err != nil {
+			rt.stop()
+			return nil, err
+		}
+	}
 	c, err := tlogclient.New(tlogclient.Config{
 		Outbox: ob, Spool: rt.spool, Logs: logs, Logger: log, Committers: committers, Lease: f.lease,
 		ClaimAllAtStart: st.Kind() == "sqlite", MaxBacklogRows: f.maxBacklog, MaxBacklogAge: f.maxBacklogAge,
@@ -230,6 +237,85 @@ func (rt *tlogRuntime) startEmbedded(ctx context.Context, log *slog.Logger, dir,
 	// "url", not "addr": tools read the first "addr" as serve's own listener.
 	log.Info("embedded transparency log listening", "url", rt.EmbeddedURL, "log_id", rec.Origin, "vkey", op.VKey())
 	return rt.EmbeddedURL, nil
+}
+
+// embeddedURLFile, in the embedded log's directory, holds the URL the
+// embedded log had in the previous run.
+const embeddedURLFile = "embedded-url"
+
+// moveEmbeddedOwed keeps what is owed to the embedded log across a
+// restart. The spool and the outbox keep each log's records under the
+// log's URL, and the embedded log's URL is its listener's address, which
+// changes at each start with the default --tlog-embedded-listen (port 0):
+// without this, records signed but not yet delivered when the previous
+// run stopped would stay owed to a URL no longer configured and never
+// reach the log. The previous run's URL is read from dir; its spool
+// cursor is handed to url (Spool.MoveCursor, sp may be nil) and its
+// outbox rows are enqueued again for url and then deleted (ob may be nil;
+// a crash in between leaves a row for both, and the log folds the
+// duplicate). Then url is written in its place.
+func moveEmbeddedOwed(ctx context.Context, log *slog.Logger, sp *tlogclient.Spool, ob store.Outbox, dir, url string) error {
+	p := filepath.Join(dir, embeddedURLFile)
+	b, err := os.ReadFile(p)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("embedded transparency log: %w", err)
+	}
+	if prev := strings.TrimSpace(string(b)); prev != "" && prev != url {
+		if sp != nil {
+			moved, err := sp.MoveCursor(prev, url)
+			if err != nil {
+				return err
+			}
+			if moved {
+				log.Info("transparency log: spool: the embedded log listens at a new URL; what was owed to the previous one is delivered to it", "previous", prev, "url", url)
+			}
+		}
+		if ob != nil {
+			n, err := moveOutboxRows(ctx, ob, prev, url)
+			if err != nil {
+				return fmt.Errorf("embedded transparency log: moving outbox rows from %s to %s: %w", prev, url, err)
+			}
+			if n > 0 {
+				log.Info("transparency log: outbox: the embedded log listens at a new URL; its rows are delivered to it", "previous", prev, "url", url, "rows", n)
+			}
+		}
+	}
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(url+"\n"), 0o600); err != nil {
+		return fmt.Errorf("embedded transparency log: %w", err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return fmt.Errorf("embedded transparency log: %w", err)
+	}
+	return nil
+}
+
+// moveOutboxRows enqueues every outbox row of log URL from again for log
+// URL to (claimable at once), then deletes the originals, 1,000 at a time;
+// it returns how many it moved.
+func moveOutboxRows(ctx context.Context, ob store.Outbox, from, to string) (int, error) {
+	moved := 0
+	for {
+		now := time.Now()
+		all := now.Add(100 * 365 * 24 * time.Hour) // every row, whatever its lease: the previous run has stopped
+		rows, err := ob.ClaimOutbox(ctx, from, all, all, 1000)
+		if err != nil || len(rows) == 0 {
+			return moved, err
+		}
+		again := make([]store.OutboxRow, len(rows))
+		ids := make([]int64, len(rows))
+		for i, r := range rows {
+			again[i] = store.OutboxRow{LogURL: to, ArtifactType: r.ArtifactType, ArtifactHash: r.ArtifactHash, EnqueuedAt: r.EnqueuedAt, LeaseUntil: now}
+			ids[i] = r.ID
+		}
+		if _, err := ob.EnqueueOutbox(ctx, again); err != nil {
+			return moved, err
+		}
+		if err := ob.DeleteOutbox(ctx, ids); err != nil {
+			return moved, err
+		}
+		moved += len(rows)
+	}
 }
 
 // api returns the client for api.Config (nil: no transparency log).

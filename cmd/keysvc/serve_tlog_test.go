@@ -6,12 +6,17 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/keysvc/keysvc/store"
 	"github.com/keysvc/keysvc/tlog"
 	"github.com/keysvc/keysvc/tlog/tlogfmt"
 	"github.com/keysvc/keysvc/tlogclient"
@@ -52,5 +57,70 @@ func TestEmbeddedPromiseChecksArtifactType(t *testing.T) {
 	p, err = l.AddBatch(ctx, []tlogclient.Entry{{ArtifactType: tlogfmt.ArtifactStatusEvent, ArtifactHash: h}})
 	if err != nil || len(p.Entries) != 1 || p.Entries[0].LeafIndex != 0 || p.Entries[0].ArtifactType != tlogfmt.ArtifactStatusEvent {
 		t.Fatalf("AddBatch of the hash as logged: %+v, %v; want leaf 0", p, err)
+	}
+}
+
+// TestMoveEmbeddedOwedOutbox: with --tlog-durability outbox, the rows
+// owed to the embedded log's previous URL are enqueued again for its new
+// URL and the originals deleted; another log's rows are left alone, and
+// the file then names the new URL (a second start moves nothing).
+func TestMoveEmbeddedOwedOutbox(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := store.Config{SQLitePath: filepath.Join(dir, "keysvc.db")}
+	if _, err := store.Migrate(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ob := st.(store.Outbox)
+	const url1, url2, other = "http://127.0.0.1:40001", "http://127.0.0.1:40002", "https://log.example.test"
+	at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	var rows []store.OutboxRow
+	for i := range 3 {
+		rows = append(rows, store.OutboxRow{LogURL: url1, ArtifactType: "vrp_attestation", ArtifactHash: [32]byte{byte(i + 1)}, EnqueuedAt: at, LeaseUntil: at.Add(time.Hour)})
+	}
+	rows = append(rows, store.OutboxRow{LogURL: other, ArtifactType: "vrp_attestation", ArtifactHash: [32]byte{9}, EnqueuedAt: at, LeaseUntil: at})
+	if _, err := ob.EnqueueOutbox(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	tdir := filepath.Join(dir, "tlog")
+	if err := os.MkdirAll(tdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tdir, embeddedURLFile), []byte(url1+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logBuf strings.Builder
+	if err := moveEmbeddedOwed(ctx, slog.New(slog.NewTextHandler(&logBuf, nil)), nil, ob, tdir, url2); err != nil {
+		t.Fatal(err)
+	}
+	backlog, err := ob.OutboxBacklog(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := backlog[url1]; ok || backlog[url2].Rows != 3 || !backlog[url2].Oldest.Equal(at) || backlog[other].Rows != 1 {
+		t.Fatalf("backlog after the move: %+v, want 3 rows (enqueued %s) for %s, none for %s, 1 for %s", backlog, at, url2, url1, other)
+	}
+	claimed, err := ob.ClaimOutbox(ctx, url2, time.Now().Add(time.Second), time.Now().Add(time.Minute), 10)
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("claiming the moved rows at once: %d rows, %v", len(claimed), err)
+	}
+	for i, r := range claimed {
+		if r.ArtifactHash != ([32]byte{byte(i + 1)}) || r.ArtifactType != "vrp_attestation" {
+			t.Fatalf("moved row %d: %+v", i, r)
+		}
+	}
+	if !strings.Contains(logBuf.String(), "rows=3") {
+		t.Errorf("the move was not logged:\n%s", logBuf.String())
+	}
+	if got := strings.TrimSpace(mustRead(t, filepath.Join(tdir, embeddedURLFile))); got != url2 {
+		t.Fatalf("%s holds %q, want %q", embeddedURLFile, got, url2)
+	}
+	if err := moveEmbeddedOwed(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, ob, tdir, url2); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -579,4 +581,59 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestTlogEmbeddedOwedAcrossRestart: the embedded log listens on a new
+// port at each start (--tlog-embedded-listen 127.0.0.1:0), and the spool
+// keeps what it owes a log under the log's URL. Records owed to the
+// embedded log when serve stopped (here: recorded for its previous URL
+// while it was down) reach it after the restart, at its new URL
+// (moveEmbeddedCursor; found by an attack review: before, they stayed
+// owed to the old URL and never reached the log).
+func TestTlogEmbeddedOwedAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv := startServer(t, nil, "--dev", "--data-dir", dir, "--tlog-embedded-listen", "127.0.0.1:0")
+	url1 := embeddedLogURL(t, srv)
+	srv.stop(t)
+	if got := strings.TrimSpace(mustRead(t, filepath.Join(dir, "tlog", embeddedURLFile))); got != url1 {
+		t.Fatalf("%s holds %q, want the embedded log's URL %q", embeddedURLFile, got, url1)
+	}
+	// What a run stopped with: a signature recorded for the embedded log
+	// at url1 and not delivered (the log is down: serve has stopped).
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: filepath.Join(dir, spoolDirName), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := tlogclient.NewHTTPLog(url1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: []tlogclient.Log{hl}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	const owed = "eyJhbGciOiJFZERTQSJ9.b3dlZCBhY3Jvc3MgYSByZXN0YXJ0.c2ln"
+	if err := c.RecordJWS(context.Background(), []string{owed}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	if err := sp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	srv2 := startServer(t, nil, "--dev", "--data-dir", dir, "--tlog-embedded-listen", "127.0.0.1:0")
+	defer srv2.stop(t)
+	url2 := embeddedLogURL(t, srv2)
+	h := tlogclient.HashArtifact(owed)
+	waitFor(t, 20*time.Second, "the owed signature reaches the embedded log at its new URL", func() bool {
+		code, _ := httpGet(t, url2+tlogclient.PathPrefix+"proof?hash="+tlogclient.FormatHash(h))
+		return code == 200
+	})
+	if url2 != url1 && !strings.Contains(srv2.stderr.String(), "the embedded log listens at a new URL") {
+		t.Errorf("serve did not log the cursor it moved:\n%s", srv2.stderr.String())
+	}
 }
