@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -163,7 +164,13 @@ func (f *tlogFlags) start(ctx context.Context, st store.Store, log *slog.Logger,
 		rt.spool = sp
 	}
 	if embedded {
-		if err := moveEmbeddedOwed(ctx, log, rt.spool, ob, filepath.Join(dataDir, "tlog"), rt.EmbeddedURL); err != nil {
+		var remote []string // the other logs, as the spool and outbox name them
+		for _, l := range hls {
+			if l.URL() != rt.EmbeddedURL {
+				remote = append(remote, l.URL())
+			}
+		}
+		if err := moveEmbeddedOwed(ctx, log, rt.spool, ob, filepath.Join(dataDir, "tlog"), rt.EmbeddedURL, remote); err != nil {
 			rt.stop()
 			return nil, err
 		}
@@ -239,28 +246,47 @@ func (rt *tlogRuntime) startEmbedded(ctx context.Context, log *slog.Logger, dir,
 	return rt.EmbeddedURL, nil
 }
 
-// embeddedURLFile, in the embedded log's directory, holds the URL the
-// embedded log had in the previous run.
+// embeddedURLFile, in the embedded log's directory, holds the URLs the
+// embedded log had in earlier runs whose owed records are not yet handed
+// on, one per line, and last the current run's.
 const embeddedURLFile = "embedded-url"
 
 // moveEmbeddedOwed keeps what is owed to the embedded log across a
 // restart. The spool and the outbox keep each log's records under the
 // log's URL, and the embedded log's URL is its listener's address, which
 // changes at each start with the default --tlog-embedded-listen (port 0):
-// without this, records signed but not yet delivered when the previous
-// run stopped would stay owed to a URL no longer configured and never
-// reach the log. The previous run's URL is read from dir; its spool
-// cursor is handed to url (Spool.MoveCursor, sp may be nil) and its
+// without this, records signed but not yet delivered when a run stopped
+// would stay owed to a URL no longer configured and never reach the log.
+//
+// The earlier URLs are read from dir, and url is added to the file before
+// anything moves, so that a start that fails part way (or a crash) leaves
+// every earlier URL listed for the next start. For each earlier URL, its
+// spool cursor is handed to url (Spool.MoveCursor; sp may be nil) and its
 // outbox rows are enqueued again for url and then deleted (ob may be nil;
 // a crash in between leaves a row for both, and the log folds the
-// duplicate). Then url is written in its place.
-func moveEmbeddedOwed(ctx context.Context, log *slog.Logger, sp *tlogclient.Spool, ob store.Outbox, dir, url string) error {
+// duplicate). An earlier URL that is now a configured log of its own
+// (remote, --tlog-url) is left alone: its records are that log's. Once
+// every earlier URL is handed on, the file holds url alone.
+func moveEmbeddedOwed(ctx context.Context, log *slog.Logger, sp *tlogclient.Spool, ob store.Outbox, dir, url string, remote []string) error {
 	p := filepath.Join(dir, embeddedURLFile)
 	b, err := os.ReadFile(p)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("embedded transparency log: %w", err)
 	}
-	if prev := strings.TrimSpace(string(b)); prev != "" && prev != url {
+	var earlier []string
+	for _, u := range strings.Split(string(b), "\n") {
+		if u = strings.TrimSpace(u); u != "" && u != url && !slices.Contains(earlier, u) {
+			earlier = append(earlier, u)
+		}
+	}
+	if err := writeEmbeddedURLs(p, append(slices.Clone(earlier), url)); err != nil {
+		return err
+	}
+	for _, prev := range earlier {
+		if slices.Contains(remote, prev) {
+			log.Warn("transparency log: the embedded log had the URL of a log now configured with --tlog-url; what is owed to that URL stays that log's", "url", prev)
+			continue
+		}
 		if sp != nil {
 			moved, err := sp.MoveCursor(prev, url)
 			if err != nil {
@@ -280,8 +306,13 @@ func moveEmbeddedOwed(ctx context.Context, log *slog.Logger, sp *tlogclient.Spoo
 			}
 		}
 	}
+	return writeEmbeddedURLs(p, []string{url})
+}
+
+// writeEmbeddedURLs replaces the file at p with urls, one per line.
+func writeEmbeddedURLs(p string, urls []string) error {
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(url+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(strings.Join(urls, "\n")+"\n"), 0o600); err != nil {
 		return fmt.Errorf("embedded transparency log: %w", err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
@@ -298,7 +329,10 @@ func moveOutboxRows(ctx context.Context, ob store.Outbox, from, to string) (int,
 	for {
 		now := time.Now()
 		all := now.Add(100 * 365 * 24 * time.Hour) // every row, whatever its lease: the previous run has stopped
-		rows, err := ob.ClaimOutbox(ctx, from, all, all, 1000)
+		// Claimed until now: if the enqueue below fails, the rows are
+		// claimable again at once (by a later start, or by a client
+		// delivering to from), not leased away.
+		rows, err := ob.ClaimOutbox(ctx, from, all, now, 1000)
 		if err != nil || len(rows) == 0 {
 			return moved, err
 		}

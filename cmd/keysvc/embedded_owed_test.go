@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keysvc/keysvc/store"
+	"github.com/keysvc/keysvc/tlogclient"
+)
+
+// owedLog records the hashes it is given; down: every batch fails.
+type owedLog struct {
+	url  string
+	down bool
+	mu   sync.Mutex
+	got  map[[32]byte]bool
+}
+
+func (l *owedLog) URL() string { return l.url }
+func (l *owedLog) AddBatch(_ context.Context, es []tlogclient.Entry) (*tlogclient.Promise, error) {
+	if l.down {
+		return nil, io.ErrUnexpectedEOF
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range es {
+		l.got[e.ArtifactHash] = true
+	}
+	return &tlogclient.Promise{LogID: "test"}, nil
+}
+func (*owedLog) Proof(context.Context, [32]byte, uint64) ([]byte, error) {
+	return nil, tlogclient.ErrNotFound
+}
+func (*owedLog) Archive(context.Context, uint64, int) ([]tlogclient.ArchivedTree, error) {
+	return nil, nil
+}
+
+var owedQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func owedStore(t *testing.T, dir string) store.Outbox {
+	ctx := context.Background()
+	cfg := store.Config{SQLitePath: filepath.Join(dir, "keysvc.db")}
+	if _, err := store.Migrate(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st.(store.Outbox)
+}
+
+// owedOwe runs a client over sp with the logs at urls down, records jws and
+// stops: what a run stopped with.
+func owedOwe(t *testing.T, sp *tlogclient.Spool, jws string, urls ...string) {
+	var logs []tlogclient.Log
+	for _, u := range urls {
+		logs = append(logs, &owedLog{url: u, down: true})
+	}
+	c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: logs, Logger: owedQuiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	if err := c.RecordJWS(context.Background(), []string{jws}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	<-done
+}
+
+func owedBacklog(t *testing.T, sp *tlogclient.Spool, urls ...string) map[string]store.OutboxStat {
+	var logs []tlogclient.Log
+	for _, u := range urls {
+		logs = append(logs, &owedLog{url: u, down: true})
+	}
+	c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: logs, Logger: owedQuiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, _ := c.Backlog()
+	return b
+}
+
+type failClaim struct{ store.Outbox }
+
+func (failClaim) ClaimOutbox(context.Context, string, time.Time, time.Time, int) ([]store.OutboxRow, error) {
+	return nil, errors.New("database is locked")
+}
+
+type failEnqueue struct{ store.Outbox }
+
+func (failEnqueue) EnqueueOutbox(context.Context, []store.OutboxRow) ([]store.OutboxRow, error) {
+	return nil, errors.New("disk full")
+}
+
+// TestEmbeddedOwedAfterAFailedStart: a start that fails after the spool
+// cursor moved and before the outbox rows did (here the outbox read
+// fails) leaves the earlier URL listed, so the next start, at yet another
+// URL, still delivers what was owed (found by a review of the first fix,
+// where the record was stranded under the failed start's URL).
+func TestEmbeddedOwedAfterAFailedStart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	ob := owedStore(t, dir)
+	tdir := filepath.Join(dir, "tlog")
+	os.MkdirAll(tdir, 0o700)
+	const url1, url2, url3 = "http://127.0.0.1:40001", "http://127.0.0.1:40002", "http://127.0.0.1:40003"
+	os.WriteFile(filepath.Join(tdir, embeddedURLFile), []byte(url1+"\n"), 0o600)
+	sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: filepath.Join(dir, spoolDirName), Logger: owedQuiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	owedOwe(t, sp, "eyJ.owed.sig", url1)
+	// Start 2 (url2): the outbox read fails, serve exits with the error.
+	if err := moveEmbeddedOwed(ctx, owedQuiet, sp, failClaim{ob}, tdir, url2, nil); err == nil {
+		t.Fatal("want the start to fail")
+	}
+	// Start 3 (url3): works.
+	if err := moveEmbeddedOwed(ctx, owedQuiet, sp, ob, tdir, url3, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b := owedBacklog(t, sp, url3); b[url3].Rows != 1 {
+		t.Fatalf("backlog of the embedded log at %s: %+v, want the 1 owed record", url3, b)
+	}
+}
+
+// TestEmbeddedOwedLeavesARemoteLogsRecords: when the embedded log's
+// earlier URL is now a configured log of its own (the embedded log ran on
+// a fixed port, then the log ran out of process at that address), what is
+// owed to that URL stays that log's and is not handed to the embedded log.
+func TestEmbeddedOwedLeavesARemoteLogsRecords(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	ob := owedStore(t, dir)
+	tdir := filepath.Join(dir, "tlog")
+	os.MkdirAll(tdir, 0o700)
+	const remote, url3 = "http://127.0.0.1:8500", "http://127.0.0.1:40003"
+	// Run 1: embedded log on 127.0.0.1:8500 (file left behind).
+	os.WriteFile(filepath.Join(tdir, embeddedURLFile), []byte(remote+"\n"), 0o600)
+	sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: filepath.Join(dir, spoolDirName), Logger: owedQuiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	// Run 2: --tlog-embedded=false --tlog-url http://127.0.0.1:8500, log down.
+	owedOwe(t, sp, "eyJ.owed-remote.sig", remote)
+	// Run 3: --tlog-embedded=true (port 0) --tlog-url http://127.0.0.1:8500.
+	if err := moveEmbeddedOwed(ctx, owedQuiet, sp, ob, tdir, url3, []string{remote}); err != nil {
+		t.Fatal(err)
+	}
+	if b := owedBacklog(t, sp, remote, url3); b[remote].Rows != 1 {
+		t.Fatalf("backlog of the remote log %s: %+v, want its 1 owed record", remote, b)
+	}
+}
+
+// TestEmbeddedOwedOutboxRowsAfterAFailedMove: outbox rows claimed for a
+// move that then fails (the enqueue) stay claimable: after going back to
+// the earlier URL the client delivers them (the first fix leased them for
+// 100 years).
+func TestEmbeddedOwedOutboxRowsAfterAFailedMove(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	ob := owedStore(t, dir)
+	tdir := filepath.Join(dir, "tlog")
+	os.MkdirAll(tdir, 0o700)
+	const fixed, port0 = "http://127.0.0.1:8500", "http://127.0.0.1:40002"
+	now := time.Now()
+	h := tlogclient.HashArtifact("eyJ.owed.sig")
+	if _, err := ob.EnqueueOutbox(ctx, []store.OutboxRow{{LogURL: fixed, ArtifactType: "vrp_attestation", ArtifactHash: h, EnqueuedAt: now, LeaseUntil: now}}); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(tdir, embeddedURLFile), []byte(fixed+"\n"), 0o600)
+	// Start with port 0: the enqueue fails, serve exits.
+	if err := moveEmbeddedOwed(ctx, owedQuiet, nil, failEnqueue{ob}, tdir, port0, nil); err == nil {
+		t.Fatal("want the start to fail")
+	}
+	// The user goes back to the fixed port.
+	if err := moveEmbeddedOwed(ctx, owedQuiet, nil, ob, tdir, fixed, nil); err != nil {
+		t.Fatal(err)
+	}
+	l := &owedLog{url: fixed, got: map[[32]byte]bool{}}
+	c, err := tlogclient.New(tlogclient.Config{Outbox: ob, Logs: []tlogclient.Log{l}, Logger: owedQuiet, ClaimAllAtStart: true, Lease: 30 * time.Second, SweepEvery: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { c.Run(rctx); close(done) }()
+	time.Sleep(2 * time.Second)
+	cancel()
+	<-done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.got[h] {
+		t.Fatal("the outbox row owed to the embedded log was never delivered")
+	}
+}
