@@ -49,14 +49,26 @@ func backupRestore(t *testing.T, pgURL string) {
 	copyFile(t, e.kek, kekCopy, 0o600)
 	var base, schema string
 	if pgURL == "" {
-		copyFile(t, filepath.Join(e.dir, "keysvc.db"), filepath.Join(backup, "keysvc.db"), 0o600)
+		// As docs/runbooks/backup-and-restore.md says: keysvc.db, with
+		// keysvc.db-wal and keysvc.db-shm if they exist (keysvc.db alone
+		// can miss what is still in the WAL: CI saw the restored key
+		// history without the key once).
+		var files []string
+		for _, f := range []string{"keysvc.db", "keysvc.db-wal", "keysvc.db-shm"} {
+			if _, err := os.Stat(filepath.Join(e.dir, f)); err == nil {
+				files = append(files, f)
+				copyFile(t, filepath.Join(e.dir, f), filepath.Join(backup, f), 0o600)
+			}
+		}
 		if err := os.RemoveAll(e.dir); err != nil { // disaster
 			t.Fatal(err)
 		}
 		if err := os.MkdirAll(e.dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		copyFile(t, filepath.Join(backup, "keysvc.db"), filepath.Join(e.dir, "keysvc.db"), 0o600)
+		for _, f := range files {
+			copyFile(t, filepath.Join(backup, f), filepath.Join(e.dir, f), 0o600)
+		}
 	} else {
 		base, schema = libpqURL(t, pgURL)
 		dump := filepath.Join(backup, "keysvc.sql")
