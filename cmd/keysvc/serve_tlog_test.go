@@ -67,16 +67,7 @@ func TestEmbeddedPromiseChecksArtifactType(t *testing.T) {
 func TestMoveEmbeddedOwedOutbox(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	cfg := store.Config{SQLitePath: filepath.Join(dir, "keysvc.db")}
-	if _, err := store.Migrate(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	ob := st.(store.Outbox)
+	ob := owedStore(t, dir) // a migrated SQLite key history's outbox
 	const url1, url2, other = "http://127.0.0.1:40001", "http://127.0.0.1:40002", "https://log.example.test"
 	at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
 	var rows []store.OutboxRow
