@@ -689,20 +689,22 @@ func (s *Spool) cursorPath(logURL string) string {
 }
 
 // loadCursor returns a log's delivered position; ok is false for a log
-// the spool has never seen.
+// the spool has never seen. A cursor file cut by a power loss (empty, or
+// cut inside the URL or the position) reads as position 0 with ok true:
+// everything still on disk is delivered again (the log folds duplicates),
+// where "never seen" would start the log at the spool's end and skip what
+// it was owed.
 func (s *Spool) loadCursor(logURL string) (uint64, bool) {
 	b, err := os.ReadFile(s.cursorPath(logURL))
 	if err != nil {
 		return 0, false
 	}
 	u, pos, ok := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	if !ok || u != logURL {
-		return 0, false
+	if ok && u != logURL {
+		return 0, false // another URL with the same file name
 	}
 	n, err := strconv.ParseUint(pos, 10, 64)
-	if err != nil {
-		// A cursor cut by a power loss: deliver everything still on disk
-		// again (the log folds duplicates).
+	if !ok || err != nil {
 		return 0, true
 	}
 	return n, true
@@ -738,13 +740,32 @@ func (s *Spool) MoveCursor(from, to string) (moved bool, err error) {
 	if have, ok := s.loadCursor(to); ok {
 		pos = min(pos, have)
 	}
-	if err := s.saveCursor(to, pos); err != nil {
+	// Unlike the senders' cursors, the moved one is made durable before
+	// the old one goes: the caller forgets from once this returns.
+	err = s.saveCursor(to, pos)
+	if err == nil {
+		err = syncFile(s.cursorPath(to))
+	}
+	if err == nil {
+		err = os.Remove(s.cursorPath(from))
+	}
+	if err == nil {
+		err = syncDir(s.dir)
+	}
+	if err != nil {
 		return false, fmt.Errorf("tlogclient: spool: moving the cursor of %s to %s: %w", from, to, err)
 	}
-	if err := os.Remove(s.cursorPath(from)); err != nil {
-		return true, fmt.Errorf("tlogclient: spool: moving the cursor of %s to %s: %w", from, to, err)
-	}
 	return true, nil
+}
+
+// syncFile fsyncs the file at p.
+func syncFile(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // otherCursors returns the delivered positions of logs the spool has

@@ -460,3 +460,38 @@ func TestSpoolMoveCursor(t *testing.T) {
 		t.Fatal("the old URL's cursor is still there")
 	}
 }
+
+// TestSpoolTornCursor: a cursor file cut by a power loss (saveCursor does
+// not fsync) is read as position 0, so the log is delivered everything
+// still on disk again; read as "never seen", it would start at the spool's
+// end and skip what it was owed.
+func TestSpoolTornCursor(t *testing.T) {
+	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	const u = "http://127.0.0.1:40001"
+	for _, torn := range []string{"", "http://127.0", u, u + "\n", u + "\n1x"} {
+		if err := os.WriteFile(sp.cursorPath(u), []byte(torn), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if pos, ok := sp.loadCursor(u); !ok || pos != 0 {
+			t.Errorf("cursor file %q: position %d, seen %v; want 0, true", torn, pos, ok)
+		}
+	}
+	// A whole cursor of another URL under the same file name is not this
+	// log's.
+	if err := os.WriteFile(sp.cursorPath(u), []byte("http://other\n5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sp.loadCursor(u); ok {
+		t.Error("another URL's cursor read as this log's")
+	}
+	if err := sp.saveCursor(u, 12); err != nil {
+		t.Fatal(err)
+	}
+	if pos, ok := sp.loadCursor(u); !ok || pos != 12 {
+		t.Errorf("saved cursor: %d %v, want 12, true", pos, ok)
+	}
+}

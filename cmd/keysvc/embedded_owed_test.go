@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,6 +57,28 @@ func owedStore(t *testing.T, dir string) store.Outbox {
 	}
 	t.Cleanup(func() { st.Close() })
 	return st.(store.Outbox)
+}
+
+// owedSetup is a data directory as serve leaves it: an SQLite outbox, the
+// embedded log's directory with its URL file listing urls, and (open) the
+// spool; spoolDir is where it is.
+func owedSetup(t *testing.T, urls ...string) (ob store.Outbox, tdir, spoolDir string, sp *tlogclient.Spool) {
+	dir := t.TempDir()
+	ob = owedStore(t, dir)
+	tdir = filepath.Join(dir, "tlog")
+	if err := os.MkdirAll(tdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tdir, embeddedURLFile), []byte(strings.Join(urls, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spoolDir = filepath.Join(dir, spoolDirName)
+	sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: spoolDir, Logger: owedQuiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	return ob, tdir, spoolDir, sp
 }
 
 // owedOwe runs a client over sp with the logs at urls down, records jws and
@@ -112,24 +135,15 @@ func (failEnqueue) EnqueueOutbox(context.Context, []store.OutboxRow) ([]store.Ou
 // where the record was stranded under the failed start's URL).
 func TestEmbeddedOwedAfterAFailedStart(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	ob := owedStore(t, dir)
-	tdir := filepath.Join(dir, "tlog")
-	os.MkdirAll(tdir, 0o700)
 	const url1, url2, url3 = "http://127.0.0.1:40001", "http://127.0.0.1:40002", "http://127.0.0.1:40003"
-	os.WriteFile(filepath.Join(tdir, embeddedURLFile), []byte(url1+"\n"), 0o600)
-	sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: filepath.Join(dir, spoolDirName), Logger: owedQuiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
+	ob, tdir, spoolDir, sp := owedSetup(t, url1)
 	owedOwe(t, sp, "eyJ.owed.sig", url1)
 	// Start 2 (url2): the outbox read fails, serve exits with the error.
-	if err := moveEmbeddedOwed(ctx, owedQuiet, sp, failClaim{ob}, tdir, url2, nil); err == nil {
+	if err := moveEmbeddedOwed(ctx, owedQuiet, sp, spoolDir, failClaim{ob}, tdir, url2, nil); err == nil {
 		t.Fatal("want the start to fail")
 	}
 	// Start 3 (url3): works.
-	if err := moveEmbeddedOwed(ctx, owedQuiet, sp, ob, tdir, url3, nil); err != nil {
+	if err := moveEmbeddedOwed(ctx, owedQuiet, sp, spoolDir, ob, tdir, url3, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b := owedBacklog(t, sp, url3); b[url3].Rows != 1 {
@@ -143,22 +157,13 @@ func TestEmbeddedOwedAfterAFailedStart(t *testing.T) {
 // owed to that URL stays that log's and is not handed to the embedded log.
 func TestEmbeddedOwedLeavesARemoteLogsRecords(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	ob := owedStore(t, dir)
-	tdir := filepath.Join(dir, "tlog")
-	os.MkdirAll(tdir, 0o700)
 	const remote, url3 = "http://127.0.0.1:8500", "http://127.0.0.1:40003"
 	// Run 1: embedded log on 127.0.0.1:8500 (file left behind).
-	os.WriteFile(filepath.Join(tdir, embeddedURLFile), []byte(remote+"\n"), 0o600)
-	sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: filepath.Join(dir, spoolDirName), Logger: owedQuiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
+	ob, tdir, spoolDir, sp := owedSetup(t, remote)
 	// Run 2: --tlog-embedded=false --tlog-url http://127.0.0.1:8500, log down.
 	owedOwe(t, sp, "eyJ.owed-remote.sig", remote)
 	// Run 3: --tlog-embedded=true (port 0) --tlog-url http://127.0.0.1:8500.
-	if err := moveEmbeddedOwed(ctx, owedQuiet, sp, ob, tdir, url3, []string{remote}); err != nil {
+	if err := moveEmbeddedOwed(ctx, owedQuiet, sp, spoolDir, ob, tdir, url3, []string{remote}); err != nil {
 		t.Fatal(err)
 	}
 	if b := owedBacklog(t, sp, remote, url3); b[remote].Rows != 1 {
@@ -172,23 +177,20 @@ func TestEmbeddedOwedLeavesARemoteLogsRecords(t *testing.T) {
 // 100 years).
 func TestEmbeddedOwedOutboxRowsAfterAFailedMove(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	ob := owedStore(t, dir)
-	tdir := filepath.Join(dir, "tlog")
-	os.MkdirAll(tdir, 0o700)
 	const fixed, port0 = "http://127.0.0.1:8500", "http://127.0.0.1:40002"
+	ob, tdir, spoolDir, sp := owedSetup(t, fixed)
+	sp.Close() // outbox mode: this run has no spool
 	now := time.Now()
 	h := tlogclient.HashArtifact("eyJ.owed.sig")
 	if _, err := ob.EnqueueOutbox(ctx, []store.OutboxRow{{LogURL: fixed, ArtifactType: "vrp_attestation", ArtifactHash: h, EnqueuedAt: now, LeaseUntil: now}}); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(tdir, embeddedURLFile), []byte(fixed+"\n"), 0o600)
 	// Start with port 0: the enqueue fails, serve exits.
-	if err := moveEmbeddedOwed(ctx, owedQuiet, nil, failEnqueue{ob}, tdir, port0, nil); err == nil {
+	if err := moveEmbeddedOwed(ctx, owedQuiet, nil, spoolDir, failEnqueue{ob}, tdir, port0, nil); err == nil {
 		t.Fatal("want the start to fail")
 	}
 	// The user goes back to the fixed port.
-	if err := moveEmbeddedOwed(ctx, owedQuiet, nil, ob, tdir, fixed, nil); err != nil {
+	if err := moveEmbeddedOwed(ctx, owedQuiet, nil, spoolDir, ob, tdir, fixed, nil); err != nil {
 		t.Fatal(err)
 	}
 	l := &owedLog{url: fixed, got: map[[32]byte]bool{}}
@@ -206,5 +208,45 @@ func TestEmbeddedOwedOutboxRowsAfterAFailedMove(t *testing.T) {
 	defer l.mu.Unlock()
 	if !l.got[h] {
 		t.Fatal("the outbox row owed to the embedded log was never delivered")
+	}
+}
+
+// TestEmbeddedOwedThroughAnOutboxRun: what the spool owes the embedded log
+// survives a run with --tlog-durability outbox between two spool runs. The
+// outbox run has no spool of its own; it opens the one left behind to
+// hand its cursor to the new URL (without that, it rewrote the URL file
+// and the spool's cursor stayed under a URL no later start knew). While
+// the spool is held (`keysvc tlog drain`), the earlier URL stays listed.
+func TestEmbeddedOwedThroughAnOutboxRun(t *testing.T) {
+	ctx := context.Background()
+	const url1, url2, url3, url4 = "http://127.0.0.1:40001", "http://127.0.0.1:40002", "http://127.0.0.1:40003", "http://127.0.0.1:40004"
+	ob, tdir, spoolDir, sp := owedSetup(t, url1)
+	owedOwe(t, sp, "eyJ.owed.sig", url1) // run 1, spool mode: the log is down
+	// Run 2, outbox mode, while a drain holds the spool: nothing can move.
+	if err := moveEmbeddedOwed(ctx, owedQuiet, nil, spoolDir, ob, tdir, url2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(tdir, embeddedURLFile)); string(b) != url1+"\n"+url2+"\n" {
+		t.Fatalf("URL file with the spool held: %q, want both URLs listed", b)
+	}
+	sp.Close()
+	// Run 3, outbox mode: the left spool's cursor is handed on.
+	if err := moveEmbeddedOwed(ctx, owedQuiet, nil, spoolDir, ob, tdir, url3, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(tdir, embeddedURLFile)); string(b) != url3+"\n" {
+		t.Fatalf("URL file: %q, want %q", b, url3+"\n")
+	}
+	// Run 4, spool mode again.
+	sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: spoolDir, Logger: owedQuiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	if err := moveEmbeddedOwed(ctx, owedQuiet, sp, spoolDir, ob, tdir, url4, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b := owedBacklog(t, sp, url4); b[url4].Rows != 1 {
+		t.Fatalf("backlog of the embedded log at %s: %+v, want the 1 owed record", url4, b)
 	}
 }

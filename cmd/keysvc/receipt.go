@@ -312,9 +312,10 @@ func insertTlogs(receipt []byte, proofs [][]byte) ([]byte, error) {
 }
 
 // writeFileAtomic writes b to path through a temporary file in the same
-// directory (mode 0600), renamed into place.
+// directory (mode 0600), fsynced and renamed into place; the directory is
+// fsynced after the rename, so the new file survives a power loss.
 func writeFileAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".receipt-*")
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
 	if err != nil {
 		return err
 	}
@@ -330,5 +331,13 @@ func writeFileAtomic(path string, b []byte) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(f.Name(), path)
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

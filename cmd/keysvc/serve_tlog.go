@@ -170,7 +170,7 @@ func (f *tlogFlags) start(ctx context.Context, st store.Store, log *slog.Logger,
 				remote = append(remote, l.URL())
 			}
 		}
-		if err := moveEmbeddedOwed(ctx, log, rt.spool, ob, filepath.Join(dataDir, "tlog"), rt.EmbeddedURL, remote); err != nil {
+		if err := moveEmbeddedOwed(ctx, log, rt.spool, filepath.Join(dataDir, spoolDirName), ob, filepath.Join(dataDir, "tlog"), rt.EmbeddedURL, remote); err != nil {
 			rt.stop()
 			return nil, err
 		}
@@ -261,13 +261,20 @@ const embeddedURLFile = "embedded-url"
 // The earlier URLs are read from dir, and url is added to the file before
 // anything moves, so that a start that fails part way (or a crash) leaves
 // every earlier URL listed for the next start. For each earlier URL, its
-// spool cursor is handed to url (Spool.MoveCursor; sp may be nil) and its
-// outbox rows are enqueued again for url and then deleted (ob may be nil;
-// a crash in between leaves a row for both, and the log folds the
-// duplicate). An earlier URL that is now a configured log of its own
-// (remote, --tlog-url) is left alone: its records are that log's. Once
-// every earlier URL is handed on, the file holds url alone.
-func moveEmbeddedOwed(ctx context.Context, log *slog.Logger, sp *tlogclient.Spool, ob store.Outbox, dir, url string, remote []string) error {
+// spool cursor is handed to url (Spool.MoveCursor) and its outbox rows are
+// enqueued again for url and then deleted (ob may be nil; a crash in
+// between leaves a row for both, and the log folds the duplicate). An
+// earlier URL that is now a configured log of its own (remote,
+// --tlog-url) is left alone: its records are that log's. Once every
+// earlier URL is handed on, the file holds url alone.
+//
+// sp is the run's spool; nil with --tlog-durability outbox, and then the
+// spool an earlier spool-mode run left in spoolDir, if any, is opened for
+// the moves: its cursors would otherwise stay under URLs this file no
+// longer lists, and a later return to the spool mode would not deliver
+// them. When that spool cannot be opened (`keysvc tlog drain` holds it),
+// the earlier URLs stay listed for the next start.
+func moveEmbeddedOwed(ctx context.Context, log *slog.Logger, sp *tlogclient.Spool, spoolDir string, ob store.Outbox, dir, url string, remote []string) error {
 	p := filepath.Join(dir, embeddedURLFile)
 	b, err := os.ReadFile(p)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -281,6 +288,22 @@ func moveEmbeddedOwed(ctx context.Context, log *slog.Logger, sp *tlogclient.Spoo
 	}
 	if err := writeEmbeddedURLs(p, append(slices.Clone(earlier), url)); err != nil {
 		return err
+	}
+	if len(earlier) == 0 {
+		return nil
+	}
+	keep := false // an earlier URL's spool cursor could not be handed on
+	if sp == nil {
+		if _, err := os.Stat(spoolDir); err == nil {
+			left, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: spoolDir, Logger: log})
+			if err != nil {
+				log.Warn("transparency log: the spool of an earlier run could not be opened to hand what it owes the embedded log to its new URL; the next start tries again", "spool", spoolDir, "err", err)
+				keep = true
+			} else {
+				defer left.Close()
+				sp = left
+			}
+		}
 	}
 	for _, prev := range earlier {
 		if slices.Contains(remote, prev) {
@@ -306,16 +329,18 @@ func moveEmbeddedOwed(ctx context.Context, log *slog.Logger, sp *tlogclient.Spoo
 			}
 		}
 	}
+	if keep {
+		return nil
+	}
 	return writeEmbeddedURLs(p, []string{url})
 }
 
-// writeEmbeddedURLs replaces the file at p with urls, one per line.
+// writeEmbeddedURLs replaces the file at p with urls, one per line, and
+// makes the replacement durable (fsync of the file and of its directory):
+// a file lost or emptied by a power loss would strand what the spool or
+// the outbox owes the earlier URLs.
 func writeEmbeddedURLs(p string, urls []string) error {
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strings.Join(urls, "\n")+"\n"), 0o600); err != nil {
-		return fmt.Errorf("embedded transparency log: %w", err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
+	if err := writeFileAtomic(p, []byte(strings.Join(urls, "\n")+"\n")); err != nil {
 		return fmt.Errorf("embedded transparency log: %w", err)
 	}
 	return nil

@@ -86,7 +86,7 @@ func TestMoveEmbeddedOwedOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logBuf strings.Builder
-	if err := moveEmbeddedOwed(ctx, slog.New(slog.NewTextHandler(&logBuf, nil)), nil, ob, tdir, url2, nil); err != nil {
+	if err := moveEmbeddedOwed(ctx, slog.New(slog.NewTextHandler(&logBuf, nil)), nil, filepath.Join(dir, spoolDirName), ob, tdir, url2, nil); err != nil {
 		t.Fatal(err)
 	}
 	backlog, err := ob.OutboxBacklog(ctx)
@@ -111,7 +111,7 @@ func TestMoveEmbeddedOwedOutbox(t *testing.T) {
 	if got := strings.TrimSpace(mustRead(t, filepath.Join(tdir, embeddedURLFile))); got != url2 {
 		t.Fatalf("%s holds %q, want %q", embeddedURLFile, got, url2)
 	}
-	if err := moveEmbeddedOwed(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, ob, tdir, url2, nil); err != nil {
+	if err := moveEmbeddedOwed(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, filepath.Join(dir, spoolDirName), ob, tdir, url2, nil); err != nil {
 		t.Fatal(err)
 	}
 }
