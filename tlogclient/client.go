@@ -2,6 +2,7 @@ package tlogclient
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -190,6 +191,7 @@ func New(cfg Config) (*Client, error) {
 		c.m.submitted.WithLabelValues(u)
 		c.m.submitErrors.WithLabelValues(u)
 		c.m.claimed.WithLabelValues(u)
+		c.m.conflicts.WithLabelValues(u)
 		c.m.submitSeconds.WithLabelValues(u)
 		c.m.promiseLatency.WithLabelValues(u)
 		c.logs = append(c.logs, ls)
@@ -722,22 +724,44 @@ func (ls *logState) send(ctx context.Context, batch []store.OutboxRow) {
 // entry i became durable, for the promise-latency histogram; durableIn
 // names where the entries wait meanwhile ("outbox", "spool"), for the
 // warning logged at most every 10 s while the log fails.
+//
+// Entries the log answers with a TypeConflictError (their hash is logged
+// there under another artifact type, ADR 0043) are left out for this log
+// and the rest is submitted again at once: retrying them could never
+// succeed, and would hold back every later leaf (the spool delivers in
+// order), so that whoever may submit to a public log could stop this
+// node's leaves from reaching it by logging one hash first.
 func (ls *logState) deliver(ctx context.Context, entries []Entry, enqueuedAt func(i int) time.Time, durableIn string) bool {
 	m := &ls.c.m
 	backoff := 100 * time.Millisecond
+	var orig []int // after conflicts: entries[i] is the caller's orig[i]
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		p, err := ls.log.AddBatch(actx, entries)
 		cancel()
 		m.submitSeconds.WithLabelValues(ls.url).Observe(time.Since(start).Seconds())
+		var tc *TypeConflictError
+		if errors.As(err, &tc) {
+			var dropped int
+			if entries, orig, dropped = ls.dropConflicts(entries, orig, tc); len(entries) == 0 {
+				return true
+			}
+			if dropped > 0 {
+				continue
+			}
+		}
 		if err == nil {
 			ls.healthy.Store(true)
 			m.submitted.WithLabelValues(ls.url).Add(float64(len(entries)))
 			now := ls.c.cfg.Now()
 			lat := m.promiseLatency.WithLabelValues(ls.url)
 			for i := range entries {
-				lat.Observe(now.Sub(enqueuedAt(i)).Seconds())
+				j := i
+				if orig != nil {
+					j = orig[i]
+				}
+				lat.Observe(now.Sub(enqueuedAt(j)).Seconds())
 			}
 			if attempt > 1 {
 				ls.c.cfg.Logger.Info("transparency log: batch delivered after retries", "log", ls.url, "entries", len(entries), "attempts", attempt, "log_id", p.LogID)
@@ -761,6 +785,46 @@ func (ls *logState) deliver(ctx context.Context, entries []Entry, enqueuedAt fun
 		}
 		backoff = min(2*backoff, 10*time.Second)
 	}
+}
+
+// dropConflicts removes from entries those tc names (logging each, and
+// once the log's signed promise as evidence, and counting them in
+// keysvc_tlog_type_conflicts_total) and returns the rest with their
+// indices in the caller's batch (orig nil: entries is the caller's), and
+// how many it removed. A conflict whose index is out of range, repeated or
+// not at the entry it names is ignored.
+func (ls *logState) dropConflicts(entries []Entry, orig []int, tc *TypeConflictError) (_ []Entry, _ []int, dropped int) {
+	if orig == nil {
+		orig = make([]int, len(entries))
+		for i := range orig {
+			orig[i] = i
+		}
+	}
+	drop := make([]bool, len(entries))
+	sepHash := sha256.Sum256([]byte(tc.SEP))
+	for _, c := range tc.Conflicts {
+		if c.Index < 0 || c.Index >= len(entries) || drop[c.Index] || entries[c.Index] != c.Entry {
+			continue
+		}
+		drop[c.Index] = true
+		dropped++
+		ls.c.m.conflicts.WithLabelValues(ls.url).Inc()
+		ls.c.cfg.Logger.Error("transparency log: the log holds this leaf's artifact hash under another artifact type, so it cannot log it under its own; it is left out for this log (anyone who may submit to the log can do this: give the log submit tokens). Receipts for this artifact cannot use this log",
+			"log", ls.url, "artifact_hash", FormatHash(c.Entry.ArtifactHash), "artifact_type", c.Entry.ArtifactType, "logged_type", c.LoggedType, "sep_sha256", FormatHash(sepHash))
+	}
+	if dropped > 0 && tc.SEP != "" {
+		// The evidence once per promise (up to ~200 KiB for 1,000 entries),
+		// not once per entry.
+		ls.c.cfg.Logger.Error("transparency log: the log's signed entry promise showing artifact hashes under another artifact type",
+			"log", ls.url, "conflicts", dropped, "sep_sha256", FormatHash(sepHash), "sep", tc.SEP)
+	}
+	keep, keepOrig := entries[:0:0], orig[:0:0]
+	for i, e := range entries {
+		if !drop[i] {
+			keep, keepOrig = append(keep, e), append(keepOrig, orig[i])
+		}
+	}
+	return keep, keepOrig, dropped
 }
 
 // sweepLoop claims rows whose lease ended (a killed replica's, rows left
@@ -846,6 +910,7 @@ type clientMetrics struct {
 	submitSeconds  *prometheus.HistogramVec
 	promiseLatency *prometheus.HistogramVec
 	claimed        *prometheus.CounterVec
+	conflicts      *prometheus.CounterVec
 }
 
 func newClientMetrics() clientMetrics {
@@ -867,6 +932,8 @@ func newClientMetrics() clientMetrics {
 			Help: "Time from a leaf's outbox commit to the log's Signed Entry Promise for it, by log, in seconds.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"log"}),
 		claimed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "keysvc_tlog_claimed_entries_total",
 			Help: "Outbox rows claimed after their lease ended (left by a stopped replica, or delivered late), by log."}, []string{"log"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "keysvc_tlog_type_conflicts_total",
+			Help: "Leaves left out for a log because it holds their artifact hash under another artifact type (it cannot log them; ADR 0043), by log. Above 0: someone logged this node's artifacts first."}, []string{"log"}),
 	}
 }
 
@@ -883,7 +950,7 @@ var (
 
 func (c *Client) collectors() []prometheus.Collector {
 	m := &c.m
-	return []prometheus.Collector{m.recordSeconds, m.recordErrors, m.groupRows, m.submitted, m.submitErrors, m.submitSeconds, m.promiseLatency, m.claimed}
+	return []prometheus.Collector{m.recordSeconds, m.recordErrors, m.groupRows, m.submitted, m.submitErrors, m.submitSeconds, m.promiseLatency, m.claimed, m.conflicts}
 }
 
 // Describe implements prometheus.Collector.

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -420,17 +421,117 @@ func TestPromiseChecked(t *testing.T) {
 
 // TestAddBatchTypeConflict: a hash the log holds under another artifact
 // type gets no digest promise (ADR 0038); the echo it gets instead is
-// refused, so the entry stays with the node rather than counting as
-// logged (the verifier would not accept that leaf for an attestation).
+// verified and reported as a *TypeConflictError naming that entry and the
+// type logged (not as a promise for it: the verifier would not accept
+// that leaf for an attestation). The other entries of the request are
+// logged (ADR 0043).
 func TestAddBatchTypeConflict(t *testing.T) {
 	l := startLog(t)
 	h := tlogclient.HashArtifact("logged-first-as-a-receipt")
 	if _, err := l.httpLog(t).AddBatch(context.Background(), []tlogclient.Entry{{ArtifactType: "vrp_receipt", ArtifactHash: h}}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := l.httpLog(t).AddBatch(context.Background(), []tlogclient.Entry{{ArtifactType: "vrp_attestation", ArtifactHash: h}})
-	if !errors.Is(err, tlogclient.ErrBadPromise) || !strings.Contains(err.Error(), "entry 0: is not the one submitted (artifact_type)") {
-		t.Fatalf("AddBatch of a hash logged under another type: %v, want ErrBadPromise (artifact_type)", err)
+	fresh := tlogclient.Entry{ArtifactType: "vrp_attestation", ArtifactHash: tlogclient.HashArtifact("fresh")}
+	conflicting := tlogclient.Entry{ArtifactType: "vrp_attestation", ArtifactHash: h}
+	_, err := l.httpLog(t).AddBatch(context.Background(), []tlogclient.Entry{fresh, conflicting})
+	var tc *tlogclient.TypeConflictError
+	if !errors.As(err, &tc) || !errors.Is(err, tlogclient.ErrBadPromise) {
+		t.Fatalf("AddBatch of a hash logged under another type: %v, want a TypeConflictError", err)
+	}
+	if want := []tlogclient.TypeConflict{{Index: 1, Entry: conflicting, LoggedType: "vrp_receipt"}}; !reflect.DeepEqual(tc.Conflicts, want) || !strings.HasPrefix(tc.SEP, "eyJ") {
+		t.Fatalf("conflicts %+v, SEP %.20q; want %+v and the log's SEP", tc.Conflicts, tc.SEP, want)
+	}
+	want := "signed entry promise does not match the submission: 1 entries are held by the log under another artifact type (entry 1: artifact_hash " +
+		tlogclient.FormatHash(h) + ", submitted as vrp_attestation, logged as vrp_receipt)"
+	if want = "tlogclient: log " + l.srv.URL + ": " + want; err.Error() != want {
+		t.Errorf("error:\n%s\nwant\n%s", err, want)
+	}
+	l.waitAll(t, []string{"fresh"}, 5*time.Second) // the other entry of the request is logged
+}
+
+// syncBuffer is a strings.Builder safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestTypeConflictDoesNotStallTheLog: someone who may submit to a public
+// log logs the hash of one of this node's JWS first, under another type
+// (a receiving agent can, in the moments before the node's spool delivers
+// it). The client leaves that leaf out for this log, counts it in
+// keysvc_tlog_type_conflicts_total and delivers everything else, before
+// and after it; before ADR 0043 it retried the batch forever and no later
+// leaf reached the log. Spool and outbox alike.
+func TestTypeConflictDoesNotStallTheLog(t *testing.T) {
+	for _, mode := range []string{"spool", "outbox"} {
+		t.Run(mode, func(t *testing.T) {
+			l := startLog(t)
+			jws := fakeJWS("conflict-"+mode, 5)
+			if _, err := l.httpLog(t).AddBatch(context.Background(), []tlogclient.Entry{{ArtifactType: "vrp_status_event", ArtifactHash: tlogclient.HashArtifact(jws[2])}}); err != nil {
+				t.Fatal(err)
+			}
+			cfg := tlogclient.Config{Logs: []tlogclient.Log{l.httpLog(t)}}
+			var st store.Store
+			if mode == "spool" {
+				sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { sp.Close() })
+				cfg.Spool = sp
+			} else {
+				st = openStore(t, "sqlite")
+				cfg.Outbox, cfg.ClaimAllAtStart = st.(store.Outbox), true
+			}
+			var logBuf syncBuffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&logBuf, nil))
+			c, _ := startClient(t, cfg)
+			if err := c.RecordJWS(context.Background(), jws[:3]); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.RecordJWS(context.Background(), jws[3:]); err != nil {
+				t.Fatal(err)
+			}
+			l.waitAll(t, []string{jws[0], jws[1], jws[3], jws[4]}, 10*time.Second)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				b, _, _ := c.Backlog()
+				if st != nil {
+					b = backlog(t, st)
+				}
+				if b[l.srv.URL].Rows == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("backlog %+v: the conflicting leaf is still owed", b)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if n := metricSum(t, c, "keysvc_tlog_type_conflicts_total"); n != 1 {
+				t.Errorf("keysvc_tlog_type_conflicts_total = %v, want 1", n)
+			}
+			for _, want := range []string{
+				"artifact_hash=" + tlogclient.FormatHash(tlogclient.HashArtifact(jws[2])) + " artifact_type=vrp_attestation logged_type=vrp_status_event sep_sha256=sha256:",
+				"conflicts=1 sep_sha256=sha256:",
+				" sep=eyJ",
+			} {
+				if !strings.Contains(logBuf.String(), want) {
+					t.Errorf("log lacks %q:\n%s", want, logBuf.String())
+				}
+			}
+		})
 	}
 }
 

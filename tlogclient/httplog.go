@@ -243,6 +243,11 @@ func (l *HTTPLog) checkPromise(ctx context.Context, sep string, entries []Entry,
 	}
 	out := &Promise{JWS: sep, KID: kid, Entries: make([]PromisedEntry, len(entries))}
 	if err := decodePromise(payload, entries, out); err != nil {
+		var tc *TypeConflictError
+		if errors.As(err, &tc) {
+			tc.SEP = sep
+			return nil, tc
+		}
 		return nil, fmt.Errorf("%w: %v", ErrBadPromise, err)
 	}
 	return out, nil
@@ -274,6 +279,10 @@ func checkDigestPromise(payload []byte, n int, body []byte, p *Promise) error {
 // and compares each entry's hash and type as raw bytes, so a promise of
 // 1,000 entries costs no allocation per entry; unknown members are
 // skipped. The entries of one batch share a logged_at, parsed once.
+//
+// An entry echoed with the hash submitted under another v0.1 artifact
+// type is a conflict, not a malformed promise: when everything else
+// checks, the error is a *TypeConflictError listing every such entry.
 func decodePromise(payload []byte, entries []Entry, p *Promise) error {
 	dec := jsontext.NewDecoder(bytes.NewReader(payload))
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
@@ -283,6 +292,7 @@ func decodePromise(payload []byte, entries []Entry, p *Promise) error {
 	mmd, n := int64(-1), 0
 	var lastAt []byte
 	var lastTime time.Time
+	var conflicts []TypeConflict
 	for dec.PeekKind() != '}' {
 		name, err := dec.ReadValue() // the raw, quoted member name, valid until the next read
 		if err != nil {
@@ -299,8 +309,12 @@ func decodePromise(payload []byte, entries []Entry, p *Promise) error {
 				}
 				e := &p.Entries[n]
 				e.Entry, e.LeafIndex = entries[n], -1
-				if err := decodePromisedEntry(dec, e, &lastAt, &lastTime); err != nil {
+				logged, err := decodePromisedEntry(dec, e, &lastAt, &lastTime)
+				if err != nil {
 					return fmt.Errorf("entry %d: %v", n, err)
+				}
+				if logged != "" {
+					conflicts = append(conflicts, TypeConflict{Index: n, Entry: entries[n], LoggedType: logged})
 				}
 				n++
 			}
@@ -345,15 +359,20 @@ func decodePromise(payload []byte, entries []Entry, p *Promise) error {
 	if n != len(entries) {
 		return fmt.Errorf("%d entries promised for %d submitted", n, len(entries))
 	}
+	if conflicts != nil {
+		return &TypeConflictError{Conflicts: conflicts}
+	}
 	p.LogID, p.Timestamp, p.MMD = logID, t, time.Duration(mmd)*time.Second
 	return nil
 }
 
 // decodePromisedEntry reads one promised entry into e, whose Entry is the
 // one submitted; lastAt/lastTime cache the previous entry's logged_at.
-func decodePromisedEntry(dec *jsontext.Decoder, e *PromisedEntry, lastAt *[]byte, lastTime *time.Time) error {
+// logged is the v0.1 artifact type the entry is echoed with when it is not
+// the one submitted ("" when it is).
+func decodePromisedEntry(dec *jsontext.Decoder, e *PromisedEntry, lastAt *[]byte, lastTime *time.Time) (logged string, _ error) {
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return errors.New("not an object")
+		return "", errors.New("not an object")
 	}
 	var want [len(`"sha256:"`) + 64]byte
 	copy(want[:], `"sha256:`)
@@ -363,30 +382,37 @@ func decodePromisedEntry(dec *jsontext.Decoder, e *PromisedEntry, lastAt *[]byte
 	for dec.PeekKind() != '}' {
 		name, err := dec.ReadValue()
 		if err != nil {
-			return err
+			return "", err
 		}
 		switch string(name) {
 		case `"artifact_hash"`:
 			v, err := dec.ReadValue()
 			if err != nil || !bytes.Equal(v, want[:]) {
-				return errors.New("is not the one submitted (artifact_hash)")
+				return "", errors.New("is not the one submitted (artifact_hash)")
 			}
 			seen |= 1
 		case `"artifact_type"`:
 			v, err := dec.ReadValue()
-			if err != nil || len(v) != len(e.ArtifactType)+2 || string(v[1:len(v)-1]) != e.ArtifactType || v[0] != '"' {
-				return errors.New("is not the one submitted (artifact_type)")
+			if err != nil {
+				return "", err
+			}
+			if len(v) != len(e.ArtifactType)+2 || string(v[1:len(v)-1]) != e.ArtifactType || v[0] != '"' {
+				var t string
+				if json.Unmarshal(v, &t) != nil || !validArtifactType(t) {
+					return "", errors.New("artifact_type is not a v0.1 artifact type")
+				}
+				logged = t
 			}
 			seen |= 2
 		case `"logged_at"`:
 			v, err := dec.ReadValue()
 			if err != nil || len(v) < 2 || v[0] != '"' {
-				return errors.New("logged_at is not RFC 3339")
+				return "", errors.New("logged_at is not RFC 3339")
 			}
 			if !bytes.Equal(v, *lastAt) {
 				t, err := verifier.ParseInstant(string(v[1 : len(v)-1]))
 				if err != nil {
-					return errors.New("logged_at is not RFC 3339")
+					return "", errors.New("logged_at is not RFC 3339")
 				}
 				*lastAt, *lastTime = append((*lastAt)[:0], v...), t
 			}
@@ -395,26 +421,26 @@ func decodePromisedEntry(dec *jsontext.Decoder, e *PromisedEntry, lastAt *[]byte
 		case `"leaf_index"`:
 			tok, err := dec.ReadToken()
 			if err != nil || tok.Kind() != '0' {
-				return errors.New("leaf_index is not a number")
+				return "", errors.New("leaf_index is not a number")
 			}
 			idx, err := strconv.ParseInt(tok.String(), 10, 64)
 			if err != nil || idx < 0 {
-				return errors.New("leaf_index is not a non-negative integer")
+				return "", errors.New("leaf_index is not a non-negative integer")
 			}
 			e.LeafIndex = idx
 		default:
 			if err := dec.SkipValue(); err != nil {
-				return err
+				return "", err
 			}
 		}
 	}
 	if _, err := dec.ReadToken(); err != nil {
-		return err
+		return "", err
 	}
 	if seen != 7 {
-		return errors.New("artifact_hash, artifact_type or logged_at missing")
+		return "", errors.New("artifact_hash, artifact_type or logged_at missing")
 	}
-	return nil
+	return logged, nil
 }
 
 // verifySEP verifies the promise's signature and returns its kid and

@@ -94,6 +94,38 @@ type Promise struct {
 	BodySHA256 [32]byte
 }
 
+// TypeConflictError is returned by Log.AddBatch when a log's verified
+// promise echoes some submitted hashes under another artifact type: the
+// log keeps one entry per artifact hash (VRP TL v0.1 proof?hash=…), and
+// already held those under the type it echoes — logged earlier by anyone
+// who may submit to it (a public log), or earlier in the same request.
+// Such an entry can never be logged here under the type submitted, so
+// resubmitting it cannot succeed. Every other entry of the request matched
+// the promise; the promise itself is not returned. It wraps ErrBadPromise.
+type TypeConflictError struct {
+	Conflicts []TypeConflict
+	// SEP is the verified promise that shows the conflicts (compact JWS;
+	// empty from serve's embedded log): the log's signed statement.
+	SEP string
+}
+
+// TypeConflict is one entry of a TypeConflictError: the index of the
+// submitted entry, the entry, and the artifact type the log holds its hash
+// under.
+type TypeConflict struct {
+	Index      int
+	Entry      Entry
+	LoggedType string
+}
+
+func (e *TypeConflictError) Error() string {
+	c := e.Conflicts[0]
+	return fmt.Sprintf("%v: %d entries are held by the log under another artifact type (entry %d: artifact_hash %s, submitted as %s, logged as %s)",
+		ErrBadPromise, len(e.Conflicts), c.Index, FormatHash(c.Entry.ArtifactHash), c.Entry.ArtifactType, c.LoggedType)
+}
+
+func (e *TypeConflictError) Unwrap() error { return ErrBadPromise }
+
 // PromisedEntry is one entry of a Promise.
 type PromisedEntry struct {
 	Entry

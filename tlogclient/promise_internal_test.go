@@ -2,6 +2,8 @@ package tlogclient
 
 import (
 	"crypto/sha256"
+	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,7 +36,7 @@ func TestDecodePromise(t *testing.T) {
 	}
 	for name, c := range map[string]struct{ payload, want string }{
 		"swapped entries": {strings.Replace(strings.Replace(good, FormatHash(a), "X", 1), FormatHash(b), FormatHash(a), 1), "entry 0: is not the one submitted (artifact_hash)"},
-		"other type":      {strings.Replace(good, `"artifact_type":"vrp_status_event"`, `"artifact_type":"vrp_receipt"`, 1), "entry 1: is not the one submitted (artifact_type)"},
+		"not a v0.1 type": {strings.Replace(good, `"artifact_type":"vrp_status_event"`, `"artifact_type":"vrp_other"`, 1), "entry 1: artifact_type is not a v0.1 artifact type"},
 		"one missing":     {strings.Replace(good, `,`+entry(b, ArtifactStatusEvent, `,"leaf_index":8,"logged_at":"2026-12-01T16:00:01Z"`), ``, 1), "1 entries promised for 2 submitted"},
 		"no logged_at":    {strings.Replace(good, `,"logged_at":"2026-12-01T16:00:00Z"`, ``, 1), "entry 0: artifact_hash, artifact_type or logged_at missing"},
 		"bad logged_at":   {strings.Replace(good, `"2026-12-01T16:00:00Z"`, `"yesterday"`, 1), "entry 0: logged_at is not RFC 3339"},
@@ -49,6 +51,19 @@ func TestDecodePromise(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", name, err, c.want)
 		}
+	}
+	// An entry echoed under another v0.1 type is a conflict (ADR 0043),
+	// reported once the rest of the promise checks.
+	p.Entries = make([]PromisedEntry, 2)
+	err := decodePromise([]byte(strings.Replace(good, `"artifact_type":"vrp_status_event"`, `"artifact_type":"vrp_receipt"`, 1)), entries, &p)
+	var tc *TypeConflictError
+	if !errors.As(err, &tc) || !reflect.DeepEqual(tc.Conflicts, []TypeConflict{{Index: 1, Entry: entries[1], LoggedType: ArtifactReceipt}}) {
+		t.Errorf("other type: %v, want a TypeConflictError for entry 1 (vrp_receipt)", err)
+	}
+	p.Entries = make([]PromisedEntry, 2)
+	err = decodePromise([]byte(strings.Replace(strings.Replace(good, `"artifact_type":"vrp_status_event"`, `"artifact_type":"vrp_receipt"`, 1), `"log_id":"log.example.test/vrp",`, ``, 1)), entries, &p)
+	if errors.As(err, &tc) || err == nil || err.Error() != "log_id, timestamp or mmd_seconds missing or malformed" {
+		t.Errorf("other type in a malformed promise: %v, want the malformation", err)
 	}
 }
 

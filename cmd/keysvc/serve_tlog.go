@@ -424,7 +424,9 @@ type embeddedLog struct {
 // returns once every entry is sequenced and integrated. The promise is
 // the operator's unsigned echo (Promise.JWS is empty: nothing crossed a
 // boundary), checked for every entry, in order, with the hash and the
-// artifact type submitted (ErrBadPromise otherwise).
+// artifact type submitted (ErrBadPromise otherwise; a
+// *tlogclient.TypeConflictError for hashes the log holds under another
+// type).
 func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (*tlogclient.Promise, error) {
 	subs := make([]tlogfmt.Submission, len(entries))
 	for i, e := range entries {
@@ -441,18 +443,19 @@ func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (
 		MMD: time.Duration(sep.MMDSeconds) * time.Second, Entries: make([]tlogclient.PromisedEntry, len(entries))}
 	var loggedAt string // the entries of one promise share logged_at: parsed once
 	var at time.Time
+	var conflicts []tlogclient.TypeConflict
 	for i, e := range sep.Entries {
 		if e.ArtifactHash != subs[i].ArtifactHash {
 			return nil, fmt.Errorf("%w: entry %d is not the one submitted", tlogclient.ErrBadPromise, i)
 		}
 		// The log keeps one entry per hash: a hash it already holds under
 		// another artifact type is echoed with that type, and that leaf
-		// does not log this artifact. Refused as the HTTP client refuses
-		// it (tlogclient.HTTPLog): the record stays in the spool and the
-		// log is reported down, where accepting it would drop the record
-		// as logged under a leaf no proof for it can use.
+		// does not log this artifact. Reported as the HTTP client reports
+		// it (tlogclient.HTTPLog): a TypeConflictError, with which the
+		// client leaves that entry out for this log and delivers the rest.
 		if e.ArtifactType != subs[i].ArtifactType {
-			return nil, fmt.Errorf("%w: entry %d is not the one submitted (artifact_type %s, submitted %s)", tlogclient.ErrBadPromise, i, e.ArtifactType, subs[i].ArtifactType)
+			conflicts = append(conflicts, tlogclient.TypeConflict{Index: i, Entry: entries[i], LoggedType: e.ArtifactType})
+			continue
 		}
 		idx := int64(-1)
 		if e.LeafIndex != nil {
@@ -465,6 +468,9 @@ func (l embeddedLog) AddBatch(ctx context.Context, entries []tlogclient.Entry) (
 			loggedAt = e.LoggedAt
 		}
 		p.Entries[i] = tlogclient.PromisedEntry{Entry: entries[i], LoggedAt: at, LeafIndex: idx}
+	}
+	if conflicts != nil {
+		return nil, &tlogclient.TypeConflictError{Conflicts: conflicts}
 	}
 	return p, nil
 }

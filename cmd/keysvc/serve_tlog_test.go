@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -24,9 +25,11 @@ import (
 
 // TestEmbeddedPromiseChecksArtifactType: the log keeps one entry per
 // hash, so a hash someone logged first under another artifact type is
-// echoed with that type. The embedded log's AddBatch refuses that promise
-// (ErrBadPromise, as tlogclient.HTTPLog does) instead of taking the other
-// type's leaf as this artifact's. (From an attack review, session 37.)
+// echoed with that type. The embedded log's AddBatch reports it as a
+// *tlogclient.TypeConflictError (as tlogclient.HTTPLog does) instead of
+// taking the other type's leaf as this artifact's. (From an attack
+// review, session 37; a conflict rather than a plain ErrBadPromise since
+// ADR 0043.)
 func TestEmbeddedPromiseChecksArtifactType(t *testing.T) {
 	ctx := context.Background()
 	op, err := tlog.New(ctx, tlog.Config{Dir: t.TempDir(), Origin: "log.example.test/vrp",
@@ -49,9 +52,10 @@ func TestEmbeddedPromiseChecksArtifactType(t *testing.T) {
 	}
 	l := embeddedLog{op: op}
 	p, err := l.AddBatch(ctx, []tlogclient.Entry{{ArtifactType: tlogfmt.ArtifactAttestation, ArtifactHash: h}})
-	want := "entry 0 is not the one submitted (artifact_type vrp_status_event, submitted vrp_attestation)"
-	if !errors.Is(err, tlogclient.ErrBadPromise) || !strings.Contains(err.Error(), want) || p != nil {
-		t.Fatalf("AddBatch of a hash the log holds as %s: %+v, %v; want ErrBadPromise naming the types", tlogfmt.ArtifactStatusEvent, p, err)
+	var tc *tlogclient.TypeConflictError
+	want := []tlogclient.TypeConflict{{Index: 0, Entry: tlogclient.Entry{ArtifactType: tlogfmt.ArtifactAttestation, ArtifactHash: h}, LoggedType: tlogfmt.ArtifactStatusEvent}}
+	if !errors.As(err, &tc) || !errors.Is(err, tlogclient.ErrBadPromise) || !reflect.DeepEqual(tc.Conflicts, want) || p != nil {
+		t.Fatalf("AddBatch of a hash the log holds as %s: %+v, %v; want a TypeConflictError naming the types", tlogfmt.ArtifactStatusEvent, p, err)
 	}
 	// The same hash and type as logged is promised, at the leaf it has.
 	p, err = l.AddBatch(ctx, []tlogclient.Entry{{ArtifactType: tlogfmt.ArtifactStatusEvent, ArtifactHash: h}})

@@ -48,6 +48,7 @@ var tlogClientTypes = map[string]string{
 	"keysvc_tlog_submit_duration_seconds":   "histogram",
 	"keysvc_tlog_promise_latency_seconds":   "histogram",
 	"keysvc_tlog_claimed_entries_total":     "counter",
+	"keysvc_tlog_type_conflicts_total":      "counter",
 	"keysvc_tlog_outbox_rows":               "gauge",
 	"keysvc_tlog_outbox_oldest_age_seconds": "gauge",
 	"keysvc_tlog_queued_entries":            "gauge",
