@@ -591,6 +591,14 @@ func (s *Spool) subscribe() chan struct{} {
 	return ch
 }
 
+// unsubscribe removes a channel subscribe returned (a sender that
+// stopped: a Client's Run that returned, or DrainSpool's).
+func (s *Spool) unsubscribe(ch chan struct{}) {
+	s.wakeMu.Lock()
+	defer s.wakeMu.Unlock()
+	s.wakes = slices.DeleteFunc(s.wakes, func(c chan struct{}) bool { return c == ch })
+}
+
 // waitWake blocks until wake is signalled, ctx ends or tick fires,
 // unless the spool already holds records past seen (End() > seen); it
 // reports false when ctx ended.

@@ -495,3 +495,41 @@ func TestSpoolTornCursor(t *testing.T) {
 		t.Errorf("saved cursor: %d %v, want 12, true", pos, ok)
 	}
 }
+
+// TestSpoolSendersUnsubscribe: a sender's wake channel leaves the spool
+// when its Run returns, so a spool used by Run after Run (serve's tests,
+// `tlog drain` after a Run) does not keep, and signal on every append,
+// the channels of senders long gone.
+func TestSpoolSendersUnsubscribe(t *testing.T) {
+	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	wakes := func() int {
+		sp.wakeMu.Lock()
+		defer sp.wakeMu.Unlock()
+		return len(sp.wakes)
+	}
+	for run := range 3 {
+		c, err := New(Config{Spool: sp, Logs: []Log{stubLog{}, downLog{url: "http://127.0.0.1:2"}}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { c.Run(ctx); close(done) }()
+		deadline := time.Now().Add(5 * time.Second)
+		for wakes() != 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d: %d wake channels, want the 2 senders'", run, wakes())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		<-done
+		if n := wakes(); n != 0 {
+			t.Fatalf("after run %d: %d wake channels left, want 0", run, n)
+		}
+	}
+}

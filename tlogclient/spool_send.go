@@ -75,6 +75,7 @@ func (ls *logState) spoolSendLoop(ctx context.Context) {
 	cfg := &ls.c.cfg
 	sp := cfg.Spool
 	wake := sp.subscribe()
+	defer sp.unsubscribe(wake)
 	t := time.NewTicker(time.Second) // a safety net against a missed wake-up
 	defer t.Stop()
 	read := func() uint64 { // the next record this log reads
