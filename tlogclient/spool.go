@@ -545,7 +545,7 @@ func (s *Spool) write(buf []byte) error {
 				return err
 			}
 			if s.sync {
-				if err := syncDir(s.dir); err != nil {
+				if err := syncPath(s.dir); err != nil {
 					f.Close()
 					return err
 				}
@@ -572,13 +572,14 @@ func (s *Spool) write(buf []byte) error {
 	return nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+// syncPath fsyncs the file or directory at p.
+func syncPath(p string) error {
+	f, err := os.Open(p)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	return d.Sync()
+	defer f.Close()
+	return f.Sync()
 }
 
 // subscribe returns a channel that gets a (coalesced) signal after every
@@ -752,13 +753,13 @@ func (s *Spool) MoveCursor(from, to string) (moved bool, err error) {
 	// the old one goes: the caller forgets from once this returns.
 	err = s.saveCursor(to, pos)
 	if err == nil {
-		err = syncFile(s.cursorPath(to))
+		err = syncPath(s.cursorPath(to))
 	}
 	if err == nil {
 		err = os.Remove(s.cursorPath(from))
 	}
 	if err == nil {
-		err = syncDir(s.dir)
+		err = syncPath(s.dir)
 	}
 	if err != nil {
 		return false, fmt.Errorf("tlogclient: spool: moving the cursor of %s to %s: %w", from, to, err)
@@ -766,15 +767,6 @@ func (s *Spool) MoveCursor(from, to string) (moved bool, err error) {
 	return true, nil
 }
 
-// syncFile fsyncs the file at p.
-func syncFile(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
 
 // otherCursors returns the delivered positions of logs the spool has
 // cursors for that are not in configured.
