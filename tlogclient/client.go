@@ -743,6 +743,7 @@ func (ls *logState) deliver(ctx context.Context, entries []Entry, enqueuedAt fun
 		m.submitSeconds.WithLabelValues(ls.url).Observe(time.Since(start).Seconds())
 		var tc *TypeConflictError
 		if errors.As(err, &tc) {
+			ls.healthy.Store(true) // it answered, with a promise that verified
 			var dropped int
 			if entries, orig, dropped = ls.dropConflicts(entries, orig, tc); len(entries) == 0 {
 				return true

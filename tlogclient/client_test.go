@@ -663,3 +663,60 @@ func TestRedirectToAnotherOriginRefused(t *testing.T) {
 		t.Fatalf("the other origin got %d requests", n)
 	}
 }
+
+// conflictLog fails its first add-batch (unreachable), then answers every
+// entry with a type conflict.
+type conflictLog struct{ calls atomic.Int32 }
+
+func (*conflictLog) URL() string { return "http://log.example.test" }
+func (l *conflictLog) AddBatch(_ context.Context, es []tlogclient.Entry) (*tlogclient.Promise, error) {
+	if l.calls.Add(1) == 1 {
+		return nil, errors.New("connection refused")
+	}
+	tc := &tlogclient.TypeConflictError{}
+	for i, e := range es {
+		tc.Conflicts = append(tc.Conflicts, tlogclient.TypeConflict{Index: i, Entry: e, LoggedType: "vrp_receipt"})
+	}
+	return nil, tc
+}
+func (*conflictLog) Proof(context.Context, [32]byte, uint64) ([]byte, error) {
+	return nil, tlogclient.ErrNotFound
+}
+func (*conflictLog) Archive(context.Context, uint64, int) ([]tlogclient.ArchivedTree, error) {
+	return nil, nil
+}
+
+// TestTypeConflictLogIsUp: a log that answers with conflicts for a whole
+// batch answered (its promise verified), so keysvc_tlog_log_up is 1 once
+// the batch is settled, though no entry was promised (from a review: it
+// stayed 0 after an earlier failure, and KeysvcTlogLogDown fired on a
+// quiet node).
+func TestTypeConflictLogIsUp(t *testing.T) {
+	sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	l := &conflictLog{}
+	c, _ := startClient(t, tlogclient.Config{Spool: sp, Logs: []tlogclient.Log{l}})
+	if err := c.RecordJWS(context.Background(), fakeJWS("up", 1)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _, _ := c.Backlog()
+		if b[l.URL()].Rows == 0 && l.calls.Load() >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backlog %+v after %d add-batch calls", b, l.calls.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if up := metricSum(t, c, "keysvc_tlog_log_up"); up != 1 {
+		t.Fatalf("keysvc_tlog_log_up = %v after the log answered and nothing is owed, want 1", up)
+	}
+	if n := metricSum(t, c, "keysvc_tlog_type_conflicts_total"); n != 1 {
+		t.Errorf("keysvc_tlog_type_conflicts_total = %v, want 1", n)
+	}
+}

@@ -401,6 +401,12 @@ func decodePromisedEntry(dec *jsontext.Decoder, e *PromisedEntry, lastAt *[]byte
 				if json.Unmarshal(v, &t) != nil || !validArtifactType(t) {
 					return "", errors.New("artifact_type is not a v0.1 artifact type")
 				}
+				if t == e.ArtifactType || string(v) != `"`+t+`"` {
+					// The type submitted, or any type, escaped: not the
+					// RFC 8785 form a log signs, so not a conflict to
+					// act on.
+					return "", errors.New("artifact_type is not in its RFC 8785 form")
+				}
 				logged = t
 			}
 			seen |= 2

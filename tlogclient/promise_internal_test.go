@@ -37,6 +37,8 @@ func TestDecodePromise(t *testing.T) {
 	for name, c := range map[string]struct{ payload, want string }{
 		"swapped entries": {strings.Replace(strings.Replace(good, FormatHash(a), "X", 1), FormatHash(b), FormatHash(a), 1), "entry 0: is not the one submitted (artifact_hash)"},
 		"not a v0.1 type": {strings.Replace(good, `"artifact_type":"vrp_status_event"`, `"artifact_type":"vrp_other"`, 1), "entry 1: artifact_type is not a v0.1 artifact type"},
+		"type escaped":    {strings.Replace(good, `"artifact_type":"vrp_status_event"`, `"artifact_type":"vrp_\u0073tatus_event"`, 1), "entry 1: artifact_type is not in its RFC 8785 form"},
+		"other escaped":   {strings.Replace(good, `"artifact_type":"vrp_status_event"`, `"artifact_type":"vrp_r\u0065ceipt"`, 1), "entry 1: artifact_type is not in its RFC 8785 form"},
 		"one missing":     {strings.Replace(good, `,`+entry(b, ArtifactStatusEvent, `,"leaf_index":8,"logged_at":"2026-12-01T16:00:01Z"`), ``, 1), "1 entries promised for 2 submitted"},
 		"no logged_at":    {strings.Replace(good, `,"logged_at":"2026-12-01T16:00:00Z"`, ``, 1), "entry 0: artifact_hash, artifact_type or logged_at missing"},
 		"bad logged_at":   {strings.Replace(good, `"2026-12-01T16:00:00Z"`, `"yesterday"`, 1), "entry 0: logged_at is not RFC 3339"},

@@ -720,8 +720,10 @@ func (s *Spool) loadCursor(logURL string) (uint64, bool) {
 }
 
 // saveCursor records a log's delivered position (write to a temporary
-// file and rename; not fsynced: a cursor that falls back only costs
-// resubmissions).
+// file and rename; not fsynced: a cursor that falls back, or is cut,
+// only costs resubmissions). A log's first cursor is written with
+// saveCursorDurable: a lost one would read as a log never seen, started at
+// the spool's end.
 func (s *Spool) saveCursor(logURL string, pos uint64) error {
 	p := s.cursorPath(logURL)
 	tmp := p + ".tmp"
@@ -749,12 +751,10 @@ func (s *Spool) MoveCursor(from, to string) (moved bool, err error) {
 	if have, ok := s.loadCursor(to); ok {
 		pos = min(pos, have)
 	}
-	// Unlike the senders' cursors, the moved one is made durable before
-	// the old one goes: the caller forgets from once this returns.
-	err = s.saveCursor(to, pos)
-	if err == nil {
-		err = syncPath(s.cursorPath(to))
-	}
+	// Unlike the senders' cursors, the moved one is made durable (file
+	// and directory) before the old one goes, and the removal too: the
+	// caller forgets from once this returns.
+	err = s.saveCursorDurable(to, pos)
 	if err == nil {
 		err = os.Remove(s.cursorPath(from))
 	}
@@ -767,6 +767,33 @@ func (s *Spool) MoveCursor(from, to string) (moved bool, err error) {
 	return true, nil
 }
 
+// RewindCursor sets the delivered position of log URL to the first record
+// still on disk (or keeps its own, when earlier), durably: everything the
+// spool holds is delivered to it again, and the log folds what it has. For
+// a log owed records under a position that was lost (a cursor file a
+// power loss never wrote). Call it before the Client that uses the spool
+// is created.
+func (s *Spool) RewindCursor(logURL string) error {
+	pos := s.first.Load()
+	if have, ok := s.loadCursor(logURL); ok {
+		pos = min(pos, have)
+	}
+	if err := s.saveCursorDurable(logURL, pos); err != nil {
+		return fmt.Errorf("tlogclient: spool: rewinding the cursor of %s: %w", logURL, err)
+	}
+	return nil
+}
+
+// saveCursorDurable is saveCursor with the file and its directory fsynced.
+func (s *Spool) saveCursorDurable(logURL string, pos uint64) error {
+	if err := s.saveCursor(logURL, pos); err != nil {
+		return err
+	}
+	if err := syncPath(s.cursorPath(logURL)); err != nil {
+		return err
+	}
+	return syncPath(s.dir)
+}
 
 // otherCursors returns the delivered positions of logs the spool has
 // cursors for that are not in configured.

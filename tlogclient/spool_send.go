@@ -44,7 +44,7 @@ func (c *Client) startSpool() {
 		pos, ok := sp.loadCursor(ls.url)
 		if !ok {
 			pos = end
-			if err := sp.saveCursor(ls.url, pos); err != nil {
+			if err := sp.saveCursorDurable(ls.url, pos); err != nil {
 				c.cfg.Logger.Warn("transparency log: spool: writing a cursor failed", "log", ls.url, "err", err)
 			}
 		}

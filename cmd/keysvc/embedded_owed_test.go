@@ -250,3 +250,65 @@ func TestEmbeddedOwedThroughAnOutboxRun(t *testing.T) {
 		t.Fatalf("backlog of the embedded log at %s: %+v, want the 1 owed record", url4, b)
 	}
 }
+
+// TestEmbeddedOwedLostCursor: a power loss can leave the spool's records
+// and the URL file on disk (both fsynced) but the cursor the run created
+// for its embedded log URL cut or missing. The next start then has no
+// position to hand on; it rewinds the new URL's cursor to the spool's
+// first record, so the record owed is delivered (from a review: a missing
+// cursor started the new URL at the spool's end, skipping it, silently).
+func TestEmbeddedOwedLostCursor(t *testing.T) {
+	for _, lost := range []string{"cut", "missing"} {
+		t.Run(lost, func(t *testing.T) {
+			ctx := context.Background()
+			const url1, url2 = "http://127.0.0.1:40001", "http://127.0.0.1:40002"
+			ob, tdir, spoolDir, sp := owedSetup(t, url1)
+			owedOwe(t, sp, "eyJ.owed.sig", url1)
+			cursors, err := filepath.Glob(filepath.Join(spoolDir, "cursor-*"))
+			if err != nil || len(cursors) != 1 {
+				t.Fatalf("cursor files %v, %v; want 1", cursors, err)
+			}
+			if lost == "missing" {
+				err = os.Remove(cursors[0])
+			} else {
+				err = os.WriteFile(cursors[0], nil, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := moveEmbeddedOwed(ctx, owedQuiet, sp, spoolDir, ob, tdir, url2, nil); err != nil {
+				t.Fatal(err)
+			}
+			if b := owedBacklog(t, sp, url2); b[url2].Rows != 1 {
+				t.Fatalf("backlog of the embedded log at %s: %+v, want the 1 record owed to %s", url2, b, url1)
+			}
+		})
+	}
+}
+
+// TestWarnLeftSpoolNamesTheEmbeddedLog: in the outbox mode, a spool left
+// by a spool-mode run is reported per kind of log: what it owes a remote
+// log, with `keysvc tlog drain`; what it owes the embedded log, with a
+// spool-mode start of serve, as drain cannot submit to the embedded log
+// (and, delivering to the remote logs only, would trim its segments).
+func TestWarnLeftSpoolNamesTheEmbeddedLog(t *testing.T) {
+	const embedded, remote = "http://127.0.0.1:40001", "https://log.example.test"
+	_, _, spoolDir, sp := owedSetup(t, embedded)
+	owedOwe(t, sp, "eyJ.owed.sig", embedded, remote)
+	sp.Close()
+	var out strings.Builder
+	warnLeftSpool(slog.New(slog.NewTextHandler(&out, nil)), spoolDir,
+		[]tlogclient.Log{&owedLog{url: embedded, down: true}, &owedLog{url: remote, down: true}}, embedded)
+	for _, want := range []string{
+		"still owes the embedded log leaves, and the outbox mode does not read it: start serve once with --tlog-durability spool to deliver them",
+		"leaves=1",
+		"run `keysvc tlog drain --spool DIR --tlog-url …`\" spool=" + spoolDir + " backlog=\"map[" + remote + ":{1 ",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("warnings lack %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Count(out.String(), "level=WARN") != 2 {
+		t.Errorf("want 2 warnings:\n%s", out.String())
+	}
+}

@@ -190,7 +190,7 @@ func (f *tlogFlags) start(ctx context.Context, st store.Store, log *slog.Logger,
 		log.Info("transparency log client running", "logs", c.LogURLs(), "durability", "spool", "spool", rt.spool.Dir(), "spool_sync", f.spoolSync)
 		return rt, nil
 	}
-	warnLeftSpool(log, filepath.Join(dataDir, spoolDirName), logs)
+	warnLeftSpool(log, filepath.Join(dataDir, spoolDirName), logs, rt.EmbeddedURL)
 	sync := f.outboxSync
 	if st.Kind() == "postgres" {
 		sync = "postgresql synchronous_commit"
@@ -261,7 +261,9 @@ const embeddedURLFile = "embedded-url"
 // The earlier URLs are read from dir, and url is added to the file before
 // anything moves, so that a start that fails part way (or a crash) leaves
 // every earlier URL listed for the next start. For each earlier URL, its
-// spool cursor is handed to url (Spool.MoveCursor) and its outbox rows are
+// spool cursor is handed to url (Spool.MoveCursor; an earlier URL without
+// a cursor rewinds url's to the spool's first record, Spool.RewindCursor,
+// as what it was owed is unknown) and its outbox rows are
 // enqueued again for url and then deleted (ob may be nil; a crash in
 // between leaves a row for both, and the log folds the duplicate). An
 // earlier URL that is now a configured log of its own (remote,
@@ -317,6 +319,15 @@ func moveEmbeddedOwed(ctx context.Context, log *slog.Logger, sp *tlogclient.Spoo
 			}
 			if moved {
 				log.Info("transparency log: spool: the embedded log listens at a new URL; what was owed to the previous one is delivered to it", "previous", prev, "url", url)
+			} else {
+				// Listed but without a cursor: it was lost (a power loss
+				// after the file was written), or never written (a run that
+				// stopped first, an outbox run that could not open the
+				// spool). What it was owed is unknown: deliver all.
+				if err := sp.RewindCursor(url); err != nil {
+					return err
+				}
+				log.Warn("transparency log: spool: no delivered position for an earlier URL of the embedded log; every leaf still in the spool is delivered to it again", "previous", prev, "url", url)
 			}
 		}
 		if ob != nil {
@@ -568,9 +579,11 @@ func parseLogKeys(b []byte) (*verifier.JWKS, error) {
 
 // warnLeftSpool warns when a replica on the outbox has a spool that still
 // owes leaves (it ran with --tlog-durability spool before): the outbox
-// mode does not read it; `keysvc tlog drain` delivers it, also while serve
-// runs.
-func warnLeftSpool(log *slog.Logger, dir string, logs []tlogclient.Log) {
+// mode does not read it; `keysvc tlog drain` delivers what it owes remote
+// logs, also while serve runs. What it owes the embedded log (at
+// embeddedURL, "" when none) only a spool-mode run of serve delivers: the
+// embedded log takes no submissions from another process.
+func warnLeftSpool(log *slog.Logger, dir string, logs []tlogclient.Log, embeddedURL string) {
 	if _, err := os.Stat(dir); err != nil {
 		return
 	}
@@ -584,7 +597,13 @@ func warnLeftSpool(log *slog.Logger, dir string, logs []tlogclient.Log) {
 	if err != nil {
 		return
 	}
-	if b, _, _ := c.Backlog(); len(b) > 0 {
+	b, _, _ := c.Backlog()
+	if e, ok := b[embeddedURL]; ok && embeddedURL != "" {
+		delete(b, embeddedURL)
+		log.Warn("transparency log: the spool of an earlier run (--tlog-durability spool) still owes the embedded log leaves, and the outbox mode does not read it: start serve once with --tlog-durability spool to deliver them (`keysvc tlog drain` cannot reach the embedded log)",
+			"spool", dir, "leaves", e.Rows)
+	}
+	if len(b) > 0 {
 		log.Warn("transparency log: the spool of an earlier run (--tlog-durability spool) still owes leaves, and the outbox mode does not read it: run `keysvc tlog drain --spool DIR --tlog-url …`",
 			"spool", dir, "backlog", fmt.Sprint(b))
 	}
