@@ -223,12 +223,28 @@ func TestReplicas(t *testing.T) {
 	sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
 	// The first version activated when the key was created (sub-second);
 	// every later one at a whole second, one period after its predecessor
-	// (the first of them: the period rounded up to the second).
+	// (the first of them: the period rounded up to the second), never
+	// sooner. A scheduler tick that runs late arms the activation at the
+	// first whole second the propagation bound allows after it (rotation
+	// Manager.Tick, activationInstant): on a loaded machine (-race, the
+	// other packages' tests) that is a second or two later, once (a run
+	// on 2026-12-05 saw one 5 s step among 4 s ones).
+	late := 0
 	for i := 1; i < len(starts); i++ {
 		d := starts[i].Sub(starts[i-1])
-		if !starts[i].Equal(starts[i].Truncate(time.Second)) || (i > 1 && d != 4*time.Second) || (i == 1 && (d < 4*time.Second || d > 5*time.Second)) {
-			t.Fatalf("activation %d at %s came %s after the previous one, want a whole second, the 4s period later", i, starts[i].Format(time.RFC3339Nano), d)
+		want := 4 * time.Second
+		if i == 1 {
+			want = 5 * time.Second
 		}
+		if !starts[i].Equal(starts[i].Truncate(time.Second)) || d < 4*time.Second || d > want+2*time.Second {
+			t.Fatalf("activation %d at %s came %s after the previous one, want a whole second, the 4s period later (at most 2s late)", i, starts[i].Format(time.RFC3339Nano), d)
+		}
+		if d > want {
+			late++
+		}
+	}
+	if late*4 > len(starts) {
+		t.Fatalf("%d of %d activations came late: the scheduler does not keep the period", late, len(starts))
 	}
 	if min := seconds/4 - 2; len(starts) < min {
 		t.Fatalf("%d activations in %d s, want at least %d", len(starts), seconds, min)
