@@ -449,24 +449,6 @@ func TestAddBatchTypeConflict(t *testing.T) {
 	l.waitAll(t, []string{"fresh"}, 5*time.Second) // the other entry of the request is logged
 }
 
-// syncBuffer is a strings.Builder safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestTypeConflictDoesNotStallTheLog: someone who may submit to a public
 // log logs the hash of one of this node's JWS first, under another type
 // (a receiving agent can, in the moments before the node's spool delivers
@@ -495,7 +477,7 @@ func TestTypeConflictDoesNotStallTheLog(t *testing.T) {
 				st = openStore(t, "sqlite")
 				cfg.Outbox, cfg.ClaimAllAtStart = st.(store.Outbox), true
 			}
-			var logBuf syncBuffer
+			var logBuf tlogtest.SyncBuffer
 			cfg.Logger = slog.New(slog.NewTextHandler(&logBuf, nil))
 			c, _ := startClient(t, cfg)
 			if err := c.RecordJWS(context.Background(), jws[:3]); err != nil {

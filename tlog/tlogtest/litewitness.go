@@ -41,7 +41,7 @@ type Litewitness struct {
 	cmd, agent *exec.Cmd
 	args       []string
 	bin        string
-	stderr     *syncBuffer
+	stderr     *SyncBuffer
 }
 
 // toolBinary finds a tool: $envVar, then PATH, then $(go env GOPATH)/bin,
@@ -151,7 +151,7 @@ func StartLitewitness(t testing.TB, name string) *Litewitness {
 		}
 	}
 	w.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
-	w.stderr = &syncBuffer{}
+	w.stderr = &SyncBuffer{}
 	w.bin = lwBin
 	w.args = []string{"-db", w.DB, "-name", name, "-key", fingerprint, "-ssh-agent", sock, "-listen", fmt.Sprintf("127.0.0.1:%d", port)}
 	t.Cleanup(w.stop)
@@ -219,18 +219,22 @@ func (w *Litewitness) stop() {
 	}
 }
 
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent writers (a process's
+// stderr, a logger's handler) and a reader calling String.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+// Write implements io.Writer.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
