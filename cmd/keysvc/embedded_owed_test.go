@@ -81,9 +81,8 @@ func owedSetup(t *testing.T, urls ...string) (ob store.Outbox, tdir, spoolDir st
 	return ob, tdir, spoolDir, sp
 }
 
-// owedOwe runs a client over sp with the logs at urls down, records jws and
-// stops: what a run stopped with.
-func owedOwe(t *testing.T, sp *tlogclient.Spool, jws string, urls ...string) {
+// owedDownClient is a client over sp whose logs, at urls, are down.
+func owedDownClient(t *testing.T, sp *tlogclient.Spool, urls []string) *tlogclient.Client {
 	var logs []tlogclient.Log
 	for _, u := range urls {
 		logs = append(logs, &owedLog{url: u, down: true})
@@ -92,6 +91,13 @@ func owedOwe(t *testing.T, sp *tlogclient.Spool, jws string, urls ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// owedOwe runs a client over sp with the logs at urls down, records jws and
+// stops: what a run stopped with.
+func owedOwe(t *testing.T, sp *tlogclient.Spool, jws string, urls ...string) {
+	c := owedDownClient(t, sp, urls)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
@@ -104,15 +110,7 @@ func owedOwe(t *testing.T, sp *tlogclient.Spool, jws string, urls ...string) {
 }
 
 func owedBacklog(t *testing.T, sp *tlogclient.Spool, urls ...string) map[string]store.OutboxStat {
-	var logs []tlogclient.Log
-	for _, u := range urls {
-		logs = append(logs, &owedLog{url: u, down: true})
-	}
-	c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: logs, Logger: owedQuiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _, _ := c.Backlog()
+	b, _, _ := owedDownClient(t, sp, urls).Backlog()
 	return b
 }
 
