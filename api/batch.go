@@ -145,6 +145,7 @@ func runBatch[R any, T issuer](s *Server, c echo.Context, one func(req R, run *b
 					continue
 				}
 			}
+			run.item = i
 			res, err := one(req, run)
 			if err != nil {
 				var ae *apiError
@@ -157,7 +158,8 @@ func runBatch[R any, T issuer](s *Server, c echo.Context, one func(req R, run *b
 			results[i] = res
 			out.Results[i].Result = &results[i]
 		}
-		return nil
+		// The run's in-memory Ed25519 signatures, computed together.
+		return s.signPending(run, func(i int, jws string) { results[i] = results[i].withJWS(jws).(T) })
 	}
 	if w := batchWorkers(len(items)); w <= 1 {
 		if err := signRun(0, len(items)); err != nil {

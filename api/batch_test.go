@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -106,5 +108,80 @@ func TestBatch(t *testing.T) {
 	r.Body.Close()
 	if r.StatusCode != http.StatusNotFound {
 		t.Errorf("sign:batch on the public listener: %d, want 404", r.StatusCode)
+	}
+}
+
+// TestBatchSignsTogether: a software key's batch items are signed at the
+// end of each worker's run, together (ADR 0044). Every JWS must still be
+// exactly the single route's for the same payload, in item order, with
+// failed items between them and with one or several workers; and a
+// transport item's attestation carries its JWS, which verifies. (TestMetrics
+// counts one backend observation per signature.)
+func TestBatchSignsTogether(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	h.createKey("villa", villa, fixedKind)
+	tok := h.token("node", tokenOK, "sign:villa")
+	pub := h.mgr.Keyring().Keys["villa"].Active.Public().(ed25519.PublicKey)
+
+	items := make([]string, 100)
+	for i := range items {
+		switch {
+		case i%17 == 5:
+			items[i] = `{"payload":{"i":` + fmt.Sprint(i) + `,"i":0}}` // duplicate_key: fails alone
+		case i%2 == 0:
+			items[i] = `{"payload":{"i":` + fmt.Sprint(i) + `,"offer":"o"}}` // canonical
+		default:
+			items[i] = `{"payload":{"offer":"o","i":` + fmt.Sprint(i) + `},"typ":"JWT"}` // canonicalized here
+		}
+	}
+	for _, workers := range []int{1, 2, 3} {
+		restore := api.SetBatchWorkers(func(int) int { return workers })
+		resp, body := h.postJSON("/v1/keys/villa/sign:batch", tok, `{"items":[`+strings.Join(items, ",")+`]}`)
+		restore()
+		wantStatus(t, "sign batch", resp, body, http.StatusOK)
+		var sb struct {
+			Results []struct {
+				Result *api.SignResponse
+				Error  *api.ItemError
+			}
+		}
+		decode(t, body, &sb)
+		for i, r := range sb.Results {
+			if i%17 == 5 {
+				if r.Error == nil || r.Error.Code != "duplicate_key" || r.Result != nil {
+					t.Fatalf("workers %d, item %d: %+v %+v, want duplicate_key", workers, i, r.Result, r.Error)
+				}
+				continue
+			}
+			single := strings.TrimSuffix(strings.TrimPrefix(items[i], `{"payload":`), `}`)
+			resp, one := h.postJSON("/v1/keys/villa/sign", tok, `{"payload":`+single+`}`)
+			wantStatus(t, "single sign", resp, one, http.StatusOK)
+			var want api.SignResponse
+			decode(t, one, &want)
+			if r.Result == nil || r.Result.JWS != want.JWS {
+				t.Fatalf("workers %d, item %d: %+v, want JWS %s", workers, i, r.Result, want.JWS)
+			}
+		}
+	}
+
+	transport := make([]string, 20)
+	for i := range transport {
+		transport[i] = `{"tool":"get_verified_stay_offer","arguments":{"n":` + fmt.Sprint(i) + `}}`
+	}
+	resp, body := h.postJSON("/v1/keys/villa/mcp-transport:batch", tok, `{"items":[`+strings.Join(transport, ",")+`]}`)
+	wantStatus(t, "transport batch", resp, body, http.StatusOK)
+	var tb struct {
+		Results []struct{ Result *api.TransportResponse }
+	}
+	decode(t, body, &tb)
+	for i, r := range tb.Results {
+		if r.Result == nil || r.Result.JWS == "" || r.Result.Attestation.Signature != r.Result.JWS {
+			t.Fatalf("transport item %d: %+v", i, r.Result)
+		}
+		parts := strings.Split(r.Result.JWS, ".")
+		sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+		if err != nil || !ed25519.Verify(pub, []byte(parts[0]+"."+parts[1]), sig) {
+			t.Fatalf("transport item %d: JWS %s does not verify", i, r.Result.JWS)
+		}
 	}
 }

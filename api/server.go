@@ -1140,7 +1140,11 @@ func (s *Server) observeBackend(sig rotation.Signing, start time.Time) {
 // the signatures of one run of batch items are observed together when
 // the run ends (backendRun.flush).
 func (s *Server) observeBackendIn(run *backendRun, sig rotation.Signing, start time.Time) {
-	secs := time.Since(start).Seconds()
+	s.observeBackendSecs(run, sig, time.Since(start).Seconds())
+}
+
+// observeBackendSecs is observeBackendIn for a duration already measured.
+func (s *Server) observeBackendSecs(run *backendRun, sig rotation.Signing, secs float64) {
 	backend := "unknown"
 	if sig.Entry != nil {
 		backend = sig.Entry.Key.Backend
@@ -1168,6 +1172,70 @@ type backendRun struct {
 	backend string
 	n       int
 	secs    [64]float64
+
+	// item is the index of the batch item being signed, and pending the
+	// run's JWS left for its end (signJWS, ADR 0044).
+	item    int
+	pending []pendingJWS
+}
+
+// pendingJWS is a JWS of a batch item whose signature signJWS left for the
+// end of its run.
+type pendingJWS struct {
+	item    int
+	sig     rotation.Signing
+	payload []byte
+	typ     string
+}
+
+// signJWS signs payload under typ with sig's version. In a run of batch
+// items (run not nil) whose version is an Ed25519 key held in memory
+// (signer.JWSSigner.Batches), it leaves the signature for the end of the
+// run instead, returning "" and deferred true: signPending then signs the
+// run's JWS together (one field inversion for all of them, ADR 0044) and
+// runBatch puts each in its item's response. The version stays the one
+// chosen at the item's own signing instant (sig).
+func (s *Server) signJWS(run *backendRun, sig rotation.Signing, payload []byte, typ string) (jws string, deferred bool, err error) {
+	if run != nil && sig.Signer.Batches() {
+		run.pending = append(run.pending, pendingJWS{item: run.item, sig: sig, payload: payload, typ: typ})
+		return "", true, nil
+	}
+	start := time.Now()
+	jws, err = sig.Signer.Sign(payload, typ)
+	s.observeBackendIn(run, sig, start)
+	return jws, false, err
+}
+
+// signPending signs the JWS signJWS left in run, each run of consecutive
+// items of one version with one signer.JWSSigner.SignBatch, and hands each
+// JWS to set with its item's index. Each signature is one observation of
+// keysvc_backend_call_duration_seconds, of its batch's mean duration. An
+// error (signError's) fails the whole batch, as a backend failure does.
+func (s *Server) signPending(run *backendRun, set func(item int, jws string)) error {
+	for len(run.pending) > 0 {
+		n := 1
+		for n < len(run.pending) && run.pending[n].sig.Signer == run.pending[0].sig.Signer {
+			n++
+		}
+		group := run.pending[:n]
+		payloads, typs := make([][]byte, n), make([]string, n)
+		for i, p := range group {
+			payloads[i], typs[i] = p.payload, p.typ
+		}
+		start := time.Now()
+		out, err := group[0].sig.Signer.SignBatch(payloads, typs)
+		if err != nil {
+			run.pending = nil
+			return signError(err)
+		}
+		per := time.Since(start).Seconds() / float64(n)
+		for i, p := range group {
+			s.observeBackendSecs(run, p.sig, per)
+			set(p.item, out[i])
+		}
+		run.pending = run.pending[n:]
+	}
+	return nil
 }
 
 // flush observes the held durations and empties the run.
@@ -1211,8 +1279,10 @@ func (s *Server) sign(c echo.Context) error {
 // signOne signs one JSON object payload as its RFC 8785 bytes with the
 // version that signs at this instant.
 //
-// run, when not nil, holds the backend observation for the end of a run
-// of batch items (observeBackendIn).
+// run, when not nil, is the run of batch items this one belongs to: the
+// backend observation is held for its end (observeBackendIn), and with an
+// in-memory Ed25519 key so is the signature (signJWS: the JWS is "" until
+// runBatch fills it in).
 func (s *Server) signOne(e *rotation.KeyEntry, req signRequest, run *backendRun) (SignResponse, error) {
 	if len(req.Payload) == 0 || req.Payload.Kind() != '{' {
 		return SignResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "payload must be a JSON object")
@@ -1243,9 +1313,7 @@ func (s *Server) signOne(e *rotation.KeyEntry, req signRequest, run *backendRun)
 		return SignResponse{}, err
 	}
 	sg := sig.Signer
-	start := time.Now()
-	jws, err := sg.Sign(canon, req.Typ)
-	s.observeBackendIn(run, sig, start)
+	jws, _, err := s.signJWS(run, sig, canon, req.Typ)
 	if err != nil {
 		return SignResponse{}, signError(err)
 	}
@@ -1400,9 +1468,7 @@ func (s *Server) transportOne(e *rotation.KeyEntry, req transportRequest, run *b
 		}
 		return TransportResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "%s", strings.TrimPrefix(err.Error(), "signer: "))
 	}
-	start := time.Now()
-	jws, err := sg.Sign(payload, signer.TransportJWSTyp)
-	s.observeBackendIn(run, sig, start)
+	jws, _, err := s.signJWS(run, sig, payload, signer.TransportJWSTyp)
 	if err != nil {
 		return TransportResponse{}, signError(err)
 	}

@@ -47,10 +47,20 @@ type TransparencyLog interface {
 type issuer interface {
 	jsonAppender
 	issuedJWS() string
+	// withJWS returns the response with its JWS set to jws (a signature
+	// signJWS left for the end of its run).
+	withJWS(jws string) issuer
 }
 
 func (r SignResponse) issuedJWS() string      { return r.JWS }
 func (r TransportResponse) issuedJWS() string { return r.JWS }
+
+func (r SignResponse) withJWS(jws string) issuer { r.JWS = jws; return r }
+
+func (r TransportResponse) withJWS(jws string) issuer {
+	r.JWS, r.Attestation.Signature = jws, jws
+	return r
+}
 
 // recordIssued is the one hook of the signing handlers: after a successful
 // signature and before the response is written, the JWS are recorded for
