@@ -10,6 +10,9 @@
 #   DURATION=10s CONNS="1 4 16 64" ROUNDS=3 bench/sidebyside/run.sh
 #   BAO=/usr/local/bin/bao bench/sidebyside/run.sh
 #   TLOG=1 bench/sidebyside/run.sh                # keysvc with its embedded transparency log
+#   TLOG=remote bench/sidebyside/run.sh           # keysvc with its spool, delivering to a log in
+#       # another process (keysvc tlog serve --dev: the production layout, on
+#       # the same cores here); the log's own CPU per request is printed too
 #   JWKS_VERSIONS=20 bench/sidebyside/run.sh      # the dev key rotated first, so that its JWKS
 #       # holds 20 keys (~6.5 KiB), as after years of rotations (VRP K2)
 #   SMOKE=1 bench/sidebyside/run.sh               # 1 s, one connection, one round
@@ -71,11 +74,23 @@ wait_http() { # url
   echo "run.sh: $1 did not answer" >&2; return 1
 }
 
-# keysvc, signing path only unless TLOG=1.
+# keysvc, signing path only unless TLOG=1 (the embedded log) or
+# TLOG=remote (a log in a process of its own, PORT_BASE+5).
 kport=$PORT_BASE
-tlog=false; [[ -n ${TLOG:-} ]] && tlog=true
+tlog=false tlog_args=() lpid=""
+case ${TLOG:-} in
+  "") ;;
+  remote)
+    tlog=remote lport=$((PORT_BASE + 5))
+    "$keysvc" tlog serve --dev --data-dir "$work/tlog-data" --listen "127.0.0.1:$lport" >"$work/tlog.log" 2>&1 &
+    lpid=$!; pids+=("$lpid")
+    wait_http "http://127.0.0.1:$lport/.well-known/vrp/log/v0.1/vkey"
+    tlog_args=(--tlog-embedded=false --tlog-url "http://127.0.0.1:$lport") ;;
+  *) tlog=true ;;
+esac
+[[ $tlog == remote ]] || tlog_args=(--tlog-embedded="$tlog")
 "$keysvc" serve --dev --data-dir "$work/keysvc-data" --listen "127.0.0.1:$kport" \
-  --rate-limit 0 --public-rate-limit 0 --tlog-embedded="$tlog" >"$work/keysvc.log" 2>&1 &
+  --rate-limit 0 --public-rate-limit 0 "${tlog_args[@]}" >"$work/keysvc.log" 2>&1 &
 kpid=$!; pids+=("$kpid")
 # JWKS_VERSIONS=N: the dev key is rotated N-1 times (keys rotate --now)
 # before anything is measured, so that its JWKS publishes N keys, the
@@ -105,7 +120,7 @@ export SBS_ETAG; SBS_ETAG=$(curl -fsI "http://127.0.0.1:$kport/v1/keys/dev/jwks.
 kbpid="" kbport=$((PORT_BASE + 4)) btoken="" betag=""
 if [[ -n ${KEYSVC_B:-} ]]; then
   "$KEYSVC_B" serve --dev --data-dir "$work/keysvc-b-data" --listen "127.0.0.1:$kbport" \
-    --rate-limit 0 --public-rate-limit 0 --tlog-embedded="$tlog" >"$work/keysvc-b.log" 2>&1 &
+    --rate-limit 0 --public-rate-limit 0 "${tlog_args[@]}" >"$work/keysvc-b.log" 2>&1 &
   kbpid=$!; pids+=("$kbpid")
   wait_http "http://127.0.0.1:$kbport/healthz"
   rotate_dev "$work/keysvc-b-data" "$kbport"
@@ -151,23 +166,30 @@ rss_kib() { awk '/^VmRSS/{r=$2} /^RssAnon/{a=$2} /^RssFile/{f=$2} END{printf "%d
 echo "# side by side, $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); payload $(wc -c <"$data/payload.json") bytes, JWS signing input $(wc -c <"$data/signing-input.txt") bytes; tlog $tlog"
 echo "# keysvc idle RSS $(rss_kib "$kpid") KiB"
 results=$work/results
-printf '%-18s %-14s %5s %10s %10s %8s %8s %9s %9s\n' route target conns req/s sig/s p50_us p99_us p99.9_us cpu_us/req
+# With TLOG=remote, log_us/req is the log process's CPU over a keysvc run,
+# per request: the work the production layout moves off the node.
+printf '%-18s %-14s %5s %10s %10s %8s %8s %9s %9s%s\n' route target conns req/s sig/s p50_us p99_us p99.9_us cpu_us/req "${lpid:+ log_us/req}"
 # run ROUTE TARGET PID PORT SCRIPT SIGS_PER_REQ CONNS [ENV...]
 run() {
   local route=$1 target=$2 pid=$3 port=$4 script=$5 per=$6 c=$7; shift 7
-  local t=$((c < 2 ? 1 : 2)) c0 c1 out
+  local t=$((c < 2 ? 1 : 2)) c0 c1 l0=0 l1=0 out
   c0=$(cpu_ticks "$pid")
+  [[ -n $lpid ]] && l0=$(cpu_ticks "$lpid")
   out=$(env "$@" SBS_DATA="$data" SBS_LUA="$here/lua" wrk -t"$t" -c"$c" -d"$DURATION" --timeout 10s \
     -s "$here/lua/$script" "http://127.0.0.1:$port" | grep '^RESULT') || true
   c1=$(cpu_ticks "$pid")
+  [[ -n $lpid ]] && l1=$(cpu_ticks "$lpid")
   if [[ -z $out ]]; then echo "run.sh: wrk failed for $target $route at $c connections" >&2; return 1; fi
   local requests=0 rps=0 p50_us=0 p99_us=0 p999_us=0 bad_status=0 socket_errors=0
   eval "${out#RESULT }" # lib.lua's done(): name=value pairs of the fields above
   if ((bad_status + socket_errors > 0)); then echo "run.sh: $target $route: $bad_status bad statuses, $socket_errors socket errors" >&2; fi
   local cpu_us; cpu_us=$(awk -v d=$((c1 - c0)) -v t="$tck" -v n="$requests" 'BEGIN{printf "%.1f", n ? d*1e6/t/n : 0}')
   local sigs; sigs=$(awk -v r="$rps" -v p="$per" 'BEGIN{printf "%.0f", r*p}')
-  printf '%-18s %-14s %5d %10.0f %10s %8d %8d %9d %9s\n' "$route" "$target" "$c" "$rps" "$sigs" "$p50_us" "$p99_us" "$p999_us" "$cpu_us"
-  echo "$route $target $c $rps $sigs $cpu_us $per" >>"$results"
+  # The log's CPU counts only for the node's own routes (keysvc, keysvc-b).
+  local log_us=-
+  [[ -n $lpid && $target == keysvc* ]] && log_us=$(awk -v d=$((l1 - l0)) -v t="$tck" -v n="$requests" 'BEGIN{printf "%.1f", n ? d*1e6/t/n : 0}')
+  printf '%-18s %-14s %5d %10.0f %10s %8d %8d %9d %9s%s\n' "$route" "$target" "$c" "$rps" "$sigs" "$p50_us" "$p99_us" "$p999_us" "$cpu_us" "${lpid:+ $(printf '%10s' "$log_us")}"
+  echo "$route $target $c $rps $sigs $cpu_us $per $log_us" >>"$results"
 }
 
 if [[ -n ${PAIRS:-} ]]; then
@@ -269,6 +291,7 @@ echo
 echo "# ratios (mean over $ROUNDS round(s)); cpu per signature in µs"
 awk '
   { k = $1 SUBSEP $2 SUBSEP $3; rate[k] += ($7 > 0 ? $5 : $4); cpu[k] += ($7 > 0 ? $6 / $7 : $6); n[k]++; conns[$3] = 1 }
+  $2 == "keysvc" && $8 != "" && $8 != "-" { lcpu[$1 SUBSEP $3] += $8; lcpu[$1 SUBSEP $3 SUBSEP "n"]++ }
   function r(a, b) { return (b > 0 ? sprintf("%.2f", a / b) : "-") }
   function m(arr, k) { return n[k] ? arr[k] / n[k] : 0 }
   function f(x) { return (x > 0 ? sprintf("%.1f", x) : "-") }
@@ -282,9 +305,12 @@ awk '
       j3 = m(rate, "jwks304" SUBSEP "keysvc" SUBSEP c); j3f = m(rate, "jwks304" SUBSEP "floor-net/http" SUBSEP c)
       printf "conns=%s sign/floor=%s sign/openbao=%s batch/openbao=%s mcp/sign=%s jwks/floor=%s jwks304/floor=%s jwks304/jwks=%s\n", c, r(ks, fl), r(ks, ob), r(kb, obb), r(mc, ks), r(j, jf), r(j3, j3f), r(j3, j)
       raw = m(cpu, "raw" SUBSEP "ed25519" SUBSEP c); kbc = m(cpu, "batch100" SUBSEP "keysvc" SUBSEP c)
-      printf "conns=%s cpu_us: sign keysvc=%.1f floor=%.1f openbao=%s | batch per sig keysvc=%.1f (raw ed25519 %.1f, +%.1f) openbao=%s | jwks keysvc=%.1f 304=%.1f floor=%.1f\n", c,
+      printf "conns=%s cpu_us: sign keysvc=%.1f floor=%.1f openbao=%s | batch per sig keysvc=%.1f (raw ed25519 %.1f, %+.1f) openbao=%s | jwks keysvc=%.1f 304=%.1f floor=%.1f\n", c,
         m(cpu, "sign" SUBSEP "keysvc" SUBSEP c), m(cpu, "sign" SUBSEP "floor-net/http" SUBSEP c), f(m(cpu, "sign" SUBSEP "openbao" SUBSEP c)),
         kbc, raw, kbc - raw, f(m(cpu, "batch100" SUBSEP "openbao" SUBSEP c)),
         m(cpu, "jwks" SUBSEP "keysvc" SUBSEP c), m(cpu, "jwks304" SUBSEP "keysvc" SUBSEP c), m(cpu, "jwks" SUBSEP "floor-net/http" SUBSEP c)
+      if (lcpu["sign" SUBSEP c SUBSEP "n"])
+        printf "conns=%s log process cpu_us per signature: sign %.1f, batch %.1f (keysvc tlog serve; not counted in the keysvc cpu above)\n", c,
+          lcpu["sign" SUBSEP c] / lcpu["sign" SUBSEP c SUBSEP "n"], lcpu["batch100" SUBSEP c] / lcpu["batch100" SUBSEP c SUBSEP "n"] / 100
     }
   }' "$results"
