@@ -46,7 +46,7 @@ func newMetrics(m *rotation.Manager, st store.Store, b BuildInfo) *metrics {
 			Help: "Time to answer a sign request, from routing to response, in seconds.", Buckets: latencyBuckets},
 			[]string{"key", "layer", "backend"}),
 		backendCall: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "keysvc_backend_call_duration_seconds",
-			Help: "Time of one backend signature (crypto.Signer.Sign) in seconds.", Buckets: latencyBuckets},
+			Help: "Time of one backend signature (crypto.Signer.Sign) in seconds; a batch's in-memory Ed25519 signatures are made together and each observes their mean (ADR 0044).", Buckets: latencyBuckets},
 			[]string{"backend", "op"}),
 		docRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "keysvc_jwks_requests_total",
 			Help: "Public document requests (jwks, history, did) by HTTP status; 304s are revalidations."},

@@ -14,6 +14,9 @@ import (
 // §5.1.6) of msgs[i] under key, for every i: byte for byte what
 // ed25519.Sign(key, msgs[i]) returns, since pure Ed25519 is deterministic.
 // len(sigs) must equal len(msgs); key must be a 64-byte ed25519.PrivateKey.
+// A message may share memory with sigs (sigs is written only after every
+// message is read for the last time), but must not change while the call
+// runs.
 //
 // It differs from calling ed25519.Sign in a loop in one step (ADR 0044).
 // Step 3 of §5.1.6 encodes the point R = [r]B, which the scalar
@@ -38,8 +41,14 @@ func SignEd25519Batch(key ed25519.PrivateKey, msgs [][]byte, sigs [][ed25519.Sig
 		return nil
 	}
 	if len(msgs) == 1 || fips140.Enabled() {
+		// Every message is signed before any signature is written: a
+		// message may share memory with sigs.
+		out := make([][]byte, len(msgs))
 		for i, m := range msgs {
-			copy(sigs[i][:], ed25519.Sign(key, m))
+			out[i] = ed25519.Sign(key, m)
+		}
+		for i := range out {
+			copy(sigs[i][:], out[i])
 		}
 		return nil
 	}
@@ -93,31 +102,44 @@ func SignEd25519Batch(key ed25519.PrivateKey, msgs [][]byte, sigs [][ed25519.Sig
 		y.Multiply(Y, &zInv)
 		// §5.1.2: the encoding of R is y, little-endian, with the sign of
 		// x in the top bit.
-		sig := &sigs[i]
-		copy(sig[:32], y.Bytes())
-		sig[31] |= byte(x.IsNegative() << 7)
+		copy(it.enc[:], y.Bytes())
+		it.enc[31] |= byte(x.IsNegative() << 7)
 	}
 	// Steps 4 and 5: k = SHA-512(R || A || M) mod L, S = (r + k·s) mod L.
-	var k, S edwards25519.Scalar
+	var k edwards25519.Scalar
 	for i, m := range msgs {
+		it := &items[i]
 		h.Reset()
-		h.Write(sigs[i][:32])
+		h.Write(it.enc[:])
 		h.Write(pub)
 		h.Write(m)
 		if _, err := k.SetUniformBytes(h.Sum(digest[:0])); err != nil {
 			return err
 		}
-		S.MultiplyAdd(&k, &s, &items[i].r)
-		copy(sigs[i][32:], S.Bytes())
+		it.S.MultiplyAdd(&k, &s, &it.r)
 	}
+	// Only now, with every message read for the last time, are the
+	// signatures written: a message that shares memory with sigs would
+	// otherwise be hashed for r before a write and for k after it, and
+	// two values of k under one r give away the private scalar.
+	for i := range items {
+		copy(sigs[i][:32], items[i].enc[:])
+		copy(sigs[i][32:], items[i].S.Bytes())
+	}
+	// The nonces and the secret scalar are not left in memory.
+	clear(items)
+	clear(seedHash[:])
+	s.Set(edwards25519.NewScalar())
 	return nil
 }
 
 // batchItem is one signature's state between the steps of
-// SignEd25519Batch: its nonce r, its point R = [r]B, and the running
-// product of the Z coordinates up to it.
+// SignEd25519Batch: its nonce r, its point R = [r]B, the running product
+// of the Z coordinates up to it, R's encoding and S.
 type batchItem struct {
 	r   edwards25519.Scalar
 	R   edwards25519.Point
 	acc field.Element
+	enc [32]byte
+	S   edwards25519.Scalar
 }

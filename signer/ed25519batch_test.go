@@ -267,3 +267,100 @@ func TestBatchAgrees(t *testing.T) {
 		t.Fatal("a failing signer passes")
 	}
 }
+
+// TestSignEd25519BatchAliased: a message that shares memory with sigs (a
+// caller signing in place) still gets ed25519.Sign's signature of the
+// message as it was. Were sigs written between the two hashes of a
+// message, r and k would come from different bytes under one R, and the
+// signature together with a correct one would give away the private
+// scalar.
+func TestSignEd25519BatchAliased(t *testing.T) {
+	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	for _, n := range []int{1, 2, 3, 17} {
+		sigs := make([][ed25519.SignatureSize]byte, n)
+		msgs := make([][]byte, n)
+		orig := make([][]byte, n)
+		for i := range msgs {
+			msgs[i] = []byte(fmt.Sprintf("message %d", i))
+			if i%2 == 0 { // every other message is a signature slot's bytes
+				copy(sigs[(i+1)%n][:], fmt.Sprintf("a 64-byte message signed in place, slot %d .................", i))
+				msgs[i] = sigs[(i+1)%n][:]
+			}
+			orig[i] = bytes.Clone(msgs[i])
+		}
+		if err := SignEd25519Batch(key, msgs, sigs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range orig {
+			if want := ed25519.Sign(key, orig[i]); !bytes.Equal(sigs[i][:], want) {
+				t.Fatalf("n=%d, message %d:\n got %x\nwant %x", n, i, sigs[i], want)
+			}
+		}
+	}
+}
+
+// FuzzSignEd25519Batch: for any key, messages (data cut at the given
+// lengths) and a message aliased to a signature slot or not, the batch
+// signer returns ed25519.Sign's signatures of the messages as given.
+func FuzzSignEd25519Batch(f *testing.F) {
+	f.Add([]byte("seed"), []byte("some messages to sign in a batch"), []byte{3, 0, 9, 200}, false)
+	f.Add([]byte{}, []byte{}, []byte{0, 0}, true)
+	f.Add(bytes.Repeat([]byte{0xff}, 32), bytes.Repeat([]byte("x"), 300), []byte{64, 64, 64, 64, 64}, true)
+	f.Fuzz(func(t *testing.T, seed, data, cuts []byte, alias bool) {
+		if len(cuts) > 64 {
+			cuts = cuts[:64]
+		}
+		var sd [ed25519.SeedSize]byte
+		copy(sd[:], seed)
+		key := ed25519.NewKeyFromSeed(sd[:])
+		msgs := make([][]byte, len(cuts))
+		for i, c := range cuts {
+			n := min(int(c), len(data))
+			msgs[i], data = data[:n], data[n:]
+		}
+		sigs := make([][ed25519.SignatureSize]byte, len(msgs))
+		if alias && len(msgs) > 0 {
+			copy(sigs[len(sigs)-1][:], msgs[0])
+			msgs[0] = sigs[len(sigs)-1][:len(msgs[0])%65]
+		}
+		want := make([][]byte, len(msgs))
+		for i, m := range msgs {
+			want[i] = ed25519.Sign(key, m)
+		}
+		if err := SignEd25519Batch(key, msgs, sigs); err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if !bytes.Equal(sigs[i][:], want[i]) {
+				t.Fatalf("message %d of %d (alias %v): got %x, want %x", i, len(msgs), alias, sigs[i], want[i])
+			}
+		}
+	})
+}
+
+// TestHeaderCacheBounded: a token holder that sends a new typ with every
+// request does not grow the signer's header cache past maxCachedHeaders,
+// and every JWS still carries its own typ.
+func TestHeaderCacheBounded(t *testing.T) {
+	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
+	j, err := NewJWSSigner("k", AlgEdDSA, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * maxCachedHeaders {
+		typ := fmt.Sprintf("typ-%d", i)
+		jws, err := j.Sign([]byte(`{}`), typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := EncodeHeader(ProtectedHeader{Alg: AlgEdDSA, KID: "k", Typ: typ})
+		if !strings.HasPrefix(jws, want+".") {
+			t.Fatalf("typ %s: JWS %s", typ, jws)
+		}
+	}
+	n := 0
+	j.headers.Range(func(any, any) bool { n++; return true })
+	if n != maxCachedHeaders || j.nHeaders.Load() != maxCachedHeaders {
+		t.Fatalf("%d headers cached (counter %d), want %d", n, j.nHeaders.Load(), maxCachedHeaders)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	asmbase64 "github.com/segmentio/asm/base64"
 )
@@ -97,8 +98,11 @@ type JWSSigner struct {
 	kid    string
 	alg    string
 	signer crypto.Signer
-	// headers caches base64url(protected header) by typ.
-	headers sync.Map // string -> string
+	// headers caches base64url(protected header) by typ, for at most
+	// maxCachedHeaders typs: typ is the client's, and an unbounded cache
+	// would grow with every distinct typ a token holder sends.
+	headers  sync.Map // string -> string
+	nHeaders atomic.Int32
 }
 
 // NewJWSSigner returns a JWSSigner for key version kid. alg must match the
@@ -142,10 +146,21 @@ func (j *JWSSigner) header(typ string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		h, _ = j.headers.LoadOrStore(typ, enc)
+		if j.nHeaders.Add(1) > maxCachedHeaders {
+			j.nHeaders.Add(-1)
+			return enc, nil
+		}
+		var loaded bool
+		if h, loaded = j.headers.LoadOrStore(typ, enc); loaded {
+			j.nHeaders.Add(-1)
+		}
 	}
 	return h.(string), nil
 }
+
+// maxCachedHeaders bounds JWSSigner's header cache: keysvc's own typs and
+// a node's few fit; past it a header is encoded per signature (~0.3 µs).
+const maxCachedHeaders = 64
 
 // Batches reports whether SignBatch signs this key's JWS together (an
 // Ed25519 key held in memory, the software backend) rather than one after
@@ -167,6 +182,11 @@ var batchAgrees = sync.OnceValue(func() bool {
 	}
 	return batchMatchesSign(ed25519.NewKeyFromSeed(seed), SignEd25519Batch)
 })
+
+// BatchSigningAgrees runs the known-answer check behind Batches (once per
+// process; later calls return its result): serve calls it at start so
+// that a failure is logged there, not found on the first batch.
+func BatchSigningAgrees() bool { return batchAgrees() }
 
 // batchMatchesSign reports whether sign writes ed25519.Sign's signatures
 // under key for four messages of different lengths, the empty one among

@@ -32,6 +32,7 @@ import (
 	"github.com/keysvc/keysvc/client"
 	"github.com/keysvc/keysvc/internal/strictjson"
 	"github.com/keysvc/keysvc/rotation"
+	"github.com/keysvc/keysvc/signer"
 	"github.com/keysvc/keysvc/store"
 )
 
@@ -270,6 +271,12 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 		inForce := debug.SetGCPercent(100)
 		debug.SetGCPercent(inForce)
 		log.Info("garbage collection", "gc_percent", inForce, "gogc", os.Getenv("GOGC"))
+	}
+	// ADR 0044: the batch signer's known-answer check, at start on the
+	// machine that signs; a failure is kept (batches are then signed one
+	// signature at a time) and said.
+	if !signer.BatchSigningAgrees() {
+		log.Error("Ed25519 batch signing failed its known-answer check against crypto/ed25519 on this machine; batch items are signed one at a time (ADR 0044)")
 	}
 
 	// Bind every listener first: a port in use, or an address that is no
