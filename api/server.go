@@ -1191,19 +1191,19 @@ type pendingJWS struct {
 // signJWS signs payload under typ with sig's version. In a run of batch
 // items (run not nil) whose version is an Ed25519 key held in memory
 // (signer.JWSSigner.Batches), it leaves the signature for the end of the
-// run instead, returning "" and deferred true: signPending then signs the
+// run instead, returning "": signPending then signs the
 // run's JWS together (one field inversion for all of them, ADR 0044) and
 // runBatch puts each in its item's response. The version stays the one
 // chosen at the item's own signing instant (sig).
-func (s *Server) signJWS(run *backendRun, sig rotation.Signing, payload []byte, typ string) (jws string, deferred bool, err error) {
+func (s *Server) signJWS(run *backendRun, sig rotation.Signing, payload []byte, typ string) (string, error) {
 	if run != nil && sig.Signer.Batches() {
 		run.pending = append(run.pending, pendingJWS{item: run.item, sig: sig, payload: payload, typ: typ})
-		return "", true, nil
+		return "", nil
 	}
 	start := time.Now()
-	jws, err = sig.Signer.Sign(payload, typ)
+	jws, err := sig.Signer.Sign(payload, typ)
 	s.observeBackendIn(run, sig, start)
-	return jws, false, err
+	return jws, err
 }
 
 // signPending signs the JWS signJWS left in run, each run of consecutive
@@ -1313,7 +1313,7 @@ func (s *Server) signOne(e *rotation.KeyEntry, req signRequest, run *backendRun)
 		return SignResponse{}, err
 	}
 	sg := sig.Signer
-	jws, _, err := s.signJWS(run, sig, canon, req.Typ)
+	jws, err := s.signJWS(run, sig, canon, req.Typ)
 	if err != nil {
 		return SignResponse{}, signError(err)
 	}
@@ -1468,7 +1468,7 @@ func (s *Server) transportOne(e *rotation.KeyEntry, req transportRequest, run *b
 		}
 		return TransportResponse{}, fail(http.StatusBadRequest, CodeInvalidRequest, "%s", strings.TrimPrefix(err.Error(), "signer: "))
 	}
-	jws, _, err := s.signJWS(run, sig, payload, signer.TransportJWSTyp)
+	jws, err := s.signJWS(run, sig, payload, signer.TransportJWSTyp)
 	if err != nil {
 		return TransportResponse{}, signError(err)
 	}
