@@ -24,19 +24,13 @@ func TestBatch(t *testing.T) {
 	resp, body := h.postJSON("/v1/keys/villa/sign:batch", tok,
 		`{"items":[{"payload":{"b":2,"a":1},"typ":"JWT"},{"payload":{"a":1,"a":2}},{"payload":{"a":1},"typ":"bad\u0001"},{"payload":{"x":true}},{"payload":[1]},{"payload":{"a":1},"extra":1}]}`)
 	wantStatus(t, "sign batch", resp, body, http.StatusOK)
-	var sb struct {
-		Results []struct {
-			Result *api.SignResponse
-			Error  *api.ItemError
-		}
-	}
-	decode(t, body, &sb)
+	sb := decodeBatch[api.SignResponse](t, body)
 	wantCodes := []string{"", "duplicate_key", "invalid_request", "", "invalid_request", "unknown_field"}
-	if len(sb.Results) != len(wantCodes) {
-		t.Fatalf("%d results: %s", len(sb.Results), body)
+	if len(sb) != len(wantCodes) {
+		t.Fatalf("%d results: %s", len(sb), body)
 	}
 	for i, want := range wantCodes {
-		r := sb.Results[i]
+		r := sb[i]
 		switch {
 		case want == "" && (r.Result == nil || r.Error != nil || r.Result.KID != kid):
 			t.Errorf("item %d: %+v %+v, want a JWS by %s", i, r.Result, r.Error, kid)
@@ -49,22 +43,16 @@ func TestBatch(t *testing.T) {
 	wantStatus(t, "single sign", resp, single, http.StatusOK)
 	var one api.SignResponse
 	decode(t, single, &one)
-	if sb.Results[0].Result.JWS != one.JWS {
-		t.Errorf("batch item JWS %s differs from the single-item JWS %s", sb.Results[0].Result.JWS, one.JWS)
+	if sb[0].Result.JWS != one.JWS {
+		t.Errorf("batch item JWS %s differs from the single-item JWS %s", sb[0].Result.JWS, one.JWS)
 	}
 
 	resp, body = h.postJSON("/v1/keys/villa/mcp-transport:batch", tok,
 		`{"items":[{"tool":"get_verified_stay_offer","arguments":{"checkIn":"2026-09-02"}},{"tool":"t","arguments":{"checkIn":1,"check_in":2}}]}`)
 	wantStatus(t, "transport batch", resp, body, http.StatusOK)
-	var tb struct {
-		Results []struct {
-			Result *api.TransportResponse
-			Error  *api.ItemError
-		}
-	}
-	decode(t, body, &tb)
-	if len(tb.Results) != 2 || tb.Results[0].Result == nil || tb.Results[0].Result.Attestation.Layer != "transport" ||
-		tb.Results[1].Error == nil || tb.Results[1].Error.Code != api.CodeArgumentKeyCollision {
+	tb := decodeBatch[api.TransportResponse](t, body)
+	if len(tb) != 2 || tb[0].Result == nil || tb[0].Result.Attestation.Layer != "transport" ||
+		tb[1].Error == nil || tb[1].Error.Code != api.CodeArgumentKeyCollision {
 		t.Fatalf("transport batch %s", body)
 	}
 
@@ -139,14 +127,8 @@ func TestBatchSignsTogether(t *testing.T) {
 		resp, body := h.postJSON("/v1/keys/villa/sign:batch", tok, `{"items":[`+strings.Join(items, ",")+`]}`)
 		restore()
 		wantStatus(t, "sign batch", resp, body, http.StatusOK)
-		var sb struct {
-			Results []struct {
-				Result *api.SignResponse
-				Error  *api.ItemError
-			}
-		}
-		decode(t, body, &sb)
-		for i, r := range sb.Results {
+		sb := decodeBatch[api.SignResponse](t, body)
+		for i, r := range sb {
 			if i%17 == 5 {
 				if r.Error == nil || r.Error.Code != "duplicate_key" || r.Result != nil {
 					t.Fatalf("workers %d, item %d: %+v %+v, want duplicate_key", workers, i, r.Result, r.Error)
@@ -170,11 +152,8 @@ func TestBatchSignsTogether(t *testing.T) {
 	}
 	resp, body := h.postJSON("/v1/keys/villa/mcp-transport:batch", tok, `{"items":[`+strings.Join(transport, ",")+`]}`)
 	wantStatus(t, "transport batch", resp, body, http.StatusOK)
-	var tb struct {
-		Results []struct{ Result *api.TransportResponse }
-	}
-	decode(t, body, &tb)
-	for i, r := range tb.Results {
+	tb := decodeBatch[api.TransportResponse](t, body)
+	for i, r := range tb {
 		if r.Result == nil || r.Result.JWS == "" || r.Result.Attestation.Signature != r.Result.JWS {
 			t.Fatalf("transport item %d: %+v", i, r.Result)
 		}

@@ -448,3 +448,13 @@ func (h *harness) assertUnchanged(what string, before snapshot) {
 			what, len(before.Keys), len(before.Audit), len(after.Keys), len(after.Audit))
 	}
 }
+
+// decodeBatch decodes a batch answer, {"results": [...]}, into its items.
+func decodeBatch[T any](t *testing.T, body []byte) []api.BatchResult[T] {
+	t.Helper()
+	var out struct {
+		Results []api.BatchResult[T] `json:"results"`
+	}
+	decode(t, body, &out)
+	return out.Results
+}

@@ -40,14 +40,8 @@ func TestJWSTokenCannotMintTransport(t *testing.T) {
 	}
 	resp, body := h.postJSON("/v1/keys/villa/sign:batch", jwsOnly, `{"items":[{"payload":`+forged+`,"typ":"JWT"},{"payload":{"offer_id":"x"},"typ":"JWT"}]}`)
 	wantStatus(t, "batch", resp, body, http.StatusOK)
-	var batch struct {
-		Results []struct {
-			Result *api.SignResponse
-			Error  *api.ItemError
-		}
-	}
-	decode(t, body, &batch)
-	if len(batch.Results) != 2 || batch.Results[0].Error == nil || batch.Results[0].Error.Code != api.CodeLayerMismatch || batch.Results[1].Result == nil {
+	batch := decodeBatch[api.SignResponse](t, body)
+	if len(batch) != 2 || batch[0].Error == nil || batch[0].Error.Code != api.CodeLayerMismatch || batch[1].Result == nil {
 		t.Fatalf("batch %s", body)
 	}
 

@@ -24,14 +24,8 @@ func TestBatchItemsAreBoundedAndCounted(t *testing.T) {
 	big := `{"payload":{"pad":"` + strings.Repeat("x", 2048) + `"}}`
 	resp, body := h.postJSON("/v1/keys/villa/sign:batch", tok, `{"items":[`+big+`,{"payload":{"a":1}}]}`)
 	wantStatus(t, "batch with an oversized item", resp, body, http.StatusOK)
-	var out struct {
-		Results []struct {
-			Result *api.SignResponse
-			Error  *api.ItemError
-		}
-	}
-	decode(t, body, &out)
-	if len(out.Results) != 2 || out.Results[0].Error == nil || out.Results[0].Error.Code != api.CodeBodyTooLarge || out.Results[1].Result == nil {
+	out := decodeBatch[api.SignResponse](t, body)
+	if len(out) != 2 || out[0].Error == nil || out[0].Error.Code != api.CodeBodyTooLarge || out[1].Result == nil {
 		t.Fatalf("batch with an oversized item: %.300s", body)
 	}
 	// 2 spent. 20 never fits a burst of 10.

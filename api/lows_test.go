@@ -40,16 +40,13 @@ func TestES256SignsLowS(t *testing.T) {
 	items += `{"payload":{"last":true}}]}`
 	resp, body := h.postJSON("/v1/keys/ec/sign:batch", tok, items)
 	wantStatus(t, "batch of 64", resp, body, http.StatusOK)
-	var out struct {
-		Results []struct{ Result *api.SignResponse }
-	}
-	decode(t, body, &out)
+	out := decodeBatch[api.SignResponse](t, body)
 	resp, body = h.postJSON("/v1/keys/ec/mcp-transport", tok, `{"tool":"t","arguments":{}}`)
 	wantStatus(t, "transport", resp, body, http.StatusOK)
 	var tr api.TransportResponse
 	decode(t, body, &tr)
 	jwss := []string{tr.JWS}
-	for _, r := range out.Results {
+	for _, r := range out {
 		jwss = append(jwss, r.Result.JWS)
 	}
 	high := 0
