@@ -229,25 +229,24 @@ func (j *JWSSigner) SignBatch(payloads [][]byte, typs []string) ([]string, error
 	// Every JWS is laid out in one buffer as header '.' payload '.'
 	// signature, and the signatures are computed over the first two parts
 	// in place (RFC 7515 §5.1: the signing input).
-	const sigLen = 86                  // base64url of 64 bytes, unpadded
-	ends := make([]int, len(payloads)) // end of each signing input in buf
+	const sigLen = 86 // base64url of 64 bytes, unpadded
+	headers := make([]string, len(payloads))
 	total := 0
 	for i, p := range payloads {
 		h, err := j.header(typs[i])
 		if err != nil {
 			return nil, err
 		}
-		total += len(h) + 1 + b64.EncodedLen(len(p)) + 1 + sigLen
+		headers[i] = h
+		total += signingInputLen(h, p) + 1 + sigLen
 	}
 	buf := make([]byte, total)
 	msgs := make([][]byte, len(payloads))
+	ends := make([]int, len(payloads)) // end of each signing input in buf
 	off := 0
 	for i, p := range payloads {
-		h, _ := j.header(typs[i])
-		n := copy(buf[off:], h)
-		buf[off+n] = '.'
-		end := off + n + 1 + b64.EncodedLen(len(p))
-		encodePayload(buf[off+n+1:end], p)
+		end := off + signingInputLen(headers[i], p)
+		putSigningInput(buf[off:end], headers[i], p)
 		msgs[i], ends[i] = buf[off:end], end
 		off = end + 1 + sigLen
 	}
@@ -307,7 +306,7 @@ func EncodeHeader(h ProtectedHeader) (string, error) {
 // built in a pooled buffer and the signature on the stack. Other signers
 // (PKCS#11, KMS) get a signing input of their own, which they may keep.
 func SignCompact(headerB64 string, payload []byte, alg string, s crypto.Signer) (string, error) {
-	n := len(headerB64) + 1 + b64.EncodedLen(len(payload))
+	n := signingInputLen(headerB64, payload)
 	key, inMemory := s.(ed25519.PrivateKey)
 	inMemory = inMemory && alg == AlgEdDSA
 	var buf []byte
@@ -318,9 +317,7 @@ func SignCompact(headerB64 string, payload []byte, alg string, s crypto.Signer) 
 	} else {
 		buf = make([]byte, n)
 	}
-	copy(buf, headerB64)
-	buf[len(headerB64)] = '.'
-	encodePayload(buf[len(headerB64)+1:], payload)
+	putSigningInput(buf, headerB64, payload)
 	var sigBuf [ed25519.SignatureSize]byte
 	var sig []byte
 	if inMemory {
@@ -348,6 +345,21 @@ func SignCompact(headerB64 string, payload []byte, alg string, s crypto.Signer) 
 		inputPool.Put(bp)
 	}
 	return jws.String(), nil
+}
+
+// signingInputLen is the length of the JWS signing input (RFC 7515 §5.1)
+// of payload under the base64url protected header headerB64.
+func signingInputLen(headerB64 string, payload []byte) int {
+	return len(headerB64) + 1 + b64.EncodedLen(len(payload))
+}
+
+// putSigningInput writes the JWS signing input, headerB64 '.'
+// BASE64URL(payload) (RFC 7515 §5.1), into dst, which must be exactly
+// signingInputLen long.
+func putSigningInput(dst []byte, headerB64 string, payload []byte) {
+	n := copy(dst, headerB64)
+	dst[n] = '.'
+	encodePayload(dst[n+1:], payload)
 }
 
 // inputPool holds signing-input buffers for in-memory Ed25519 keys (whose
