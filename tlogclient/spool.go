@@ -818,6 +818,28 @@ func (s *Spool) otherCursors(configured []string) map[string]uint64 {
 	return out
 }
 
+// Unlisted returns, for every log the spool holds a cursor for that is
+// not among configured (normalized URLs, NormalizeURL), how many of the
+// leaves still on disk it has not been delivered; logs owed nothing are
+// left out. A client configured with only the listed logs deletes those
+// leaves once the listed logs have them (segments are trimmed by the
+// configured logs' cursors alone), so `keysvc tlog drain` refuses to run
+// while this is not empty, unless told to let them go.
+func (s *Spool) Unlisted(configured []string) map[string]uint64 {
+	end, first := s.End(), s.first.Load()
+	out := map[string]uint64{}
+	for u, pos := range s.otherCursors(configured) {
+		from := max(pos, first)
+		if pos > end {
+			from = first // as startSpool reads such a cursor: deliver everything again
+		}
+		if end > from {
+			out[u] = end - from
+		}
+	}
+	return out
+}
+
 // trim deletes the segments wholly before pos (every configured log has
 // delivered them), never the last one on disk: it is being written, or
 // (full) it is what keeps the numbering across a restart — with no segment

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -531,5 +532,41 @@ func TestSpoolSendersUnsubscribe(t *testing.T) {
 		if n := wakes(); n != 0 {
 			t.Fatalf("after run %d: %d wake channels left, want 0", run, n)
 		}
+	}
+}
+
+// TestSpoolUnlisted: the leaves still on disk that logs with a cursor, but
+// not among the configured ones, have not been delivered — what a client
+// configured without them would let go (keysvc tlog drain refuses then).
+func TestSpoolUnlisted(t *testing.T) {
+	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	hashes := make([][32]byte, 10)
+	for i := range hashes {
+		hashes[i][0] = byte(i + 1)
+	}
+	if err := sp.append(context.Background(), artifactCode(ArtifactAttestation), time.Now(), hashes); err != nil {
+		t.Fatal(err)
+	}
+	for u, pos := range map[string]uint64{
+		"http://listed": 0,  // configured: never counted
+		"http://owed":   4,  // owed records 4..9
+		"http://done":   10, // has everything
+		"http://past":   99, // past the end: owed the whole spool, as startSpool reads it
+	} {
+		if err := sp.saveCursor(u, pos); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := sp.Unlisted([]string{"http://listed"})
+	want := map[string]uint64{"http://owed": 6, "http://past": 10}
+	if !maps.Equal(got, want) {
+		t.Fatalf("Unlisted = %v, want %v", got, want)
+	}
+	if got := sp.Unlisted([]string{"http://listed", "http://owed", "http://past"}); len(got) != 0 {
+		t.Fatalf("Unlisted with every owed log listed = %v, want none", got)
 	}
 }

@@ -61,11 +61,9 @@ func (c *Client) startSpool() {
 			c.cfg.Logger.Info("transparency log: spool: delivering leaves left by the previous run", "log", ls.url, "leaves", end-pos)
 		}
 	}
-	for u, pos := range sp.otherCursors(c.LogURLs()) {
-		if end > pos {
-			c.cfg.Logger.Warn("transparency log: spool has leaves for a log that is no longer configured; they are not delivered and their segments are deleted once the configured logs have them",
-				"log", u, "leaves", end-pos)
-		}
+	for u, owed := range sp.Unlisted(c.LogURLs()) {
+		c.cfg.Logger.Warn("transparency log: spool has leaves for a log that is no longer configured; they are not delivered and their segments are deleted once the configured logs have them",
+			"log", u, "leaves", owed)
 	}
 }
 

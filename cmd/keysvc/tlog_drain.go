@@ -1,11 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,6 +24,7 @@ func newTlogDrainCmd() *cobra.Command {
 	var dataDir, spoolDir, logKeys, tokenFile string
 	var urls []string
 	var timeout time.Duration
+	var forgetUnlisted bool
 	cmd := &cobra.Command{
 		Use:   "drain",
 		Short: "Deliver a stopped replica's transparency-log spool to its logs, then exit",
@@ -30,38 +36,67 @@ Give the same --tlog-url list the replica was configured with: each log's
 delivered position is kept per URL, and a URL the spool has never seen is
 owed nothing. Leaves are delivered at least once; a log folds duplicates.
 
+Segments are deleted once every listed log has them, so a log left off
+the list would lose what the spool still owes it: drain refuses to run
+while the spool owes leaves to a log it holds a cursor for that is not
+listed, and names each one. --forget-unlisted lets those leaves go (for a
+log the replica had stopped submitting to on purpose).
+
 Exit status: 0 when every log has every leaf, 1 when --timeout passed
 first (what was delivered stays delivered; run it again), 2 on bad
-arguments or an unreadable spool.`,
+arguments, no spool at the path, an unreadable spool, or leaves owed to
+an unlisted log (nothing is delivered then).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Every refusal before delivery starts exits 2, as documented
+			// (a plain error would exit 1, which means "run it again").
+			fail := func(err error) error {
+				fmt.Fprintln(cmd.ErrOrStderr(), "keysvc:", err)
+				return exitError{2}
+			}
 			if (dataDir == "") == (spoolDir == "") {
-				return errors.New("give one of --data-dir or --spool")
+				return usage(cmd, "give one of --data-dir or --spool")
 			}
 			if spoolDir == "" {
 				spoolDir = filepath.Join(dataDir, spoolDirName)
 			}
 			if len(urls) == 0 {
-				return errors.New("--tlog-url is required (the logs the replica submitted to)")
+				return usage(cmd, "--tlog-url is required (the logs the replica submitted to)")
 			}
-			for _, u := range urls {
-				if _, err := tlogclient.NormalizeURL(u); err != nil {
-					return fmt.Errorf("--tlog-url: %w", err)
+			listed := make([]string, len(urls))
+			for i, u := range urls {
+				n, err := tlogclient.NormalizeURL(u)
+				if err != nil {
+					return usage(cmd, "--tlog-url: %v", err)
 				}
+				listed[i] = n
 			}
 			log := slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
 			hls, _, err := httpLogs(urls, logKeys, tokenFile)
 			if err != nil {
-				return err
+				return fail(err)
+			}
+			// OpenSpool creates a missing directory: a mistyped or unmounted
+			// path would read as an empty spool that "owes nothing".
+			if fi, err := os.Stat(spoolDir); err != nil || !fi.IsDir() {
+				return fail(fmt.Errorf("no spool at %s (is the replica's disk mounted there?): %v", spoolDir, cmp.Or(err, errors.New("not a directory"))))
 			}
 			sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: spoolDir, Logger: log})
 			if err != nil {
-				return err
+				return fail(err)
 			}
 			defer sp.Close()
+			if owed := sp.Unlisted(listed); len(owed) > 0 {
+				if !forgetUnlisted {
+					return fail(unlistedError(owed))
+				}
+				for u, n := range owed {
+					log.Warn("transparency log: drain: leaves owed to an unlisted log are let go (--forget-unlisted)", "log", u, "leaves", n)
+				}
+			}
 			c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: asLogs(hls), Logger: log})
 			if err != nil {
-				return err
+				return fail(err)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -84,5 +119,18 @@ arguments or an unreadable spool.`,
 	f.StringVar(&logKeys, "tlog-log-keys", "", "JWK Set file of the logs' keys (default: each log's own jwks.json)")
 	f.StringVar(&tokenFile, "tlog-token-file", "", "file of submit tokens (as for serve)")
 	f.DurationVar(&timeout, "timeout", 30*time.Minute, "give up after this long")
+	f.BoolVar(&forgetUnlisted, "forget-unlisted", false, "drain even though the spool owes leaves to logs not given with --tlog-url; those leaves are deleted with their segments")
 	return cmd
+}
+
+// unlistedError names the logs the spool still owes leaves to that drain
+// was not given, in URL order.
+func unlistedError(owed map[string]uint64) error {
+	us := slices.Sorted(maps.Keys(owed))
+	parts := make([]string, len(us))
+	for i, u := range us {
+		parts[i] = fmt.Sprintf("%s (%d leaves)", u, owed[u])
+	}
+	return fmt.Errorf("the spool owes leaves to logs not given with --tlog-url: %s; give every log the replica was configured with, or --forget-unlisted to let those leaves go",
+		strings.Join(parts, ", "))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,13 +16,19 @@ import (
 
 // TestTlogDrain: `keysvc tlog drain` hands a stopped replica's spool to the
 // log: every leaf in it reaches the log, a second drain owes nothing, and
-// a spool still held by a running process is refused.
+// it refuses (exit 2, nothing delivered or deleted) a spool still held by
+// a running process, a path with no spool (which would read as an empty
+// one that "owes nothing"), and a list of logs that leaves out one the
+// spool still owes leaves to, unless --forget-unlisted.
 func TestTlogDrain(t *testing.T) {
 	logDir := t.TempDir()
 	logSrv := startTlogServer(t, logDir)
 	dataDir := t.TempDir()
 	spoolDir := filepath.Join(dataDir, "tlog-spool")
 	hl := mustHTTPLog(t, logSrv.URL)
+	// A second log the replica was configured with (never reached here).
+	const otherLog = "http://127.0.0.1:9/other-log"
+	other := mustHTTPLog(t, otherLog+"/")
 
 	// A replica's spool, written and left undelivered (the client never
 	// ran its senders: the replica "died").
@@ -29,7 +36,7 @@ func TestTlogDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: []tlogclient.Log{hl}})
+	c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: []tlogclient.Log{hl, other}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +54,27 @@ func TestTlogDrain(t *testing.T) {
 	}
 	sp.Close()
 
+	// No spool at the path: refused, and no directory is made there.
+	missing := filepath.Join(t.TempDir(), "not-mounted")
+	_, errOut, code = runCLI(t, nil, "tlog", "drain", "--data-dir", missing, "--tlog-url", logSrv.URL)
+	if code != 2 || !strings.Contains(errOut, "no spool at "+filepath.Join(missing, "tlog-spool")) {
+		t.Fatalf("drain of a missing spool: exit %d, %s", code, errOut)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("drain of a missing spool made %s (%v)", missing, err)
+	}
+	// The other log left off the list: refused, naming it and what it is owed.
 	out, errOut, code := runCLI(t, nil, "tlog", "drain", "--data-dir", dataDir, "--tlog-url", logSrv.URL)
-	if code != 0 || !strings.Contains(out, "drained: 2500 leaves delivered to 1 logs") {
+	if want := "keysvc: the spool owes leaves to logs not given with --tlog-url: " + otherLog + " (2500 leaves); give every log the replica was configured with, or --forget-unlisted to let those leaves go\n"; code != 2 || errOut != want || out != "" {
+		t.Fatalf("drain without a configured log: exit %d\nstdout %q\nstderr %q\nwant %q", code, out, errOut, want)
+	}
+	if got := logArtifacts(t, logSrv.URL); len(got) != 0 {
+		t.Fatalf("a refused drain delivered %d leaves", len(got))
+	}
+
+	out, errOut, code = runCLI(t, nil, "tlog", "drain", "--data-dir", dataDir, "--tlog-url", logSrv.URL, "--forget-unlisted")
+	if code != 0 || !strings.Contains(out, "drained: 2500 leaves delivered to 1 logs") ||
+		!strings.Contains(errOut, `"msg":"transparency log: drain: leaves owed to an unlisted log are let go (--forget-unlisted)","log":"`+otherLog+`","leaves":2500`) {
 		t.Fatalf("drain: exit %d\n%s\n%s", code, out, errOut)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -68,7 +94,11 @@ func TestTlogDrain(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	out, _, code = runCLI(t, nil, "tlog", "drain", "--spool", spoolDir, "--tlog-url", logSrv.URL)
+	out, _, code = runCLI(t, nil, "tlog", "drain", "--spool", spoolDir, "--tlog-url", logSrv.URL+","+otherLog, "--timeout", "2s")
+	if code != 1 || !strings.Contains(out, "not drained after") {
+		t.Fatalf("drain to an unreachable listed log: exit %d\n%s", code, out)
+	}
+	out, _, code = runCLI(t, nil, "tlog", "drain", "--spool", spoolDir, "--tlog-url", logSrv.URL, "--forget-unlisted")
 	if code != 0 || !strings.Contains(out, "drained: 0 leaves") {
 		t.Fatalf("second drain: exit %d\n%s", code, out)
 	}
