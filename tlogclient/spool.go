@@ -103,7 +103,15 @@ type SpoolOptions struct {
 	// 65,536: 4 MiB).
 	SegmentRecords int
 	Logger         *slog.Logger
+	// Existing opens only a spool that is there: Dir must hold the LOCK
+	// file every opened spool keeps, or a segment. Otherwise OpenSpool
+	// fails with ErrNotASpool and creates nothing (`keysvc tlog drain`: an
+	// unmounted or mistyped path must not read as an empty spool).
+	Existing bool
 }
+
+// ErrNotASpool: SpoolOptions.Existing was set and Dir holds no spool.
+var ErrNotASpool = errors.New("tlogclient: no spool at")
 
 // Spool is an open spool directory. Open it with OpenSpool, give it to
 // New in Config.Spool, Close it after the Client's Run returned.
@@ -172,6 +180,11 @@ func OpenSpool(opts SpoolOptions) (*Spool, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Existing {
+		if err := isSpool(opts.Dir); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("tlogclient: spool: %w", err)
@@ -795,24 +808,48 @@ func (s *Spool) saveCursorDurable(logURL string, pos uint64) error {
 	return syncPath(s.dir)
 }
 
+// isSpool returns nil when dir holds a spool's LOCK file or a segment,
+// else an error wrapping ErrNotASpool (and the directory's read error).
+func isSpool(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("%w %s: %w", ErrNotASpool, dir, err)
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if n == spoolLockFile || (strings.HasPrefix(n, spoolSegmentPrefix) && strings.HasSuffix(n, spoolSegmentSuffix)) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w %s: no %s file and no segment", ErrNotASpool, dir, spoolLockFile)
+}
+
 // otherCursors returns the delivered positions of logs the spool has
 // cursors for that are not in configured.
 func (s *Spool) otherCursors(configured []string) map[string]uint64 {
 	ents, _ := os.ReadDir(s.dir)
+	mine := make(map[string]bool, len(configured)) // the configured logs' cursor file names
+	for _, u := range configured {
+		mine[filepath.Base(s.cursorPath(u))] = true
+	}
 	out := map[string]uint64{}
 	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), spoolCursorPrefix) || strings.HasSuffix(e.Name(), ".tmp") {
+		name := e.Name()
+		if !strings.HasPrefix(name, spoolCursorPrefix) || strings.HasSuffix(name, ".tmp") || mine[name] {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(s.dir, e.Name()))
+		b, err := os.ReadFile(filepath.Join(s.dir, name))
 		if err != nil {
+			out["(cursor file "+name+": "+err.Error()+")"] = 0
 			continue
 		}
 		u, pos, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-		if slices.Contains(configured, u) {
-			continue
+		if filepath.Base(s.cursorPath(u)) != name {
+			// Cut by a power loss inside the URL (cursors are not
+			// fsynced): the URL is unknown, the position too.
+			u, pos = "(cursor file "+name+", its URL cut)", ""
 		}
-		n, _ := strconv.ParseUint(pos, 10, 64)
+		n, _ := strconv.ParseUint(pos, 10, 64) // a cut position reads as 0, as loadCursor does
 		out[u] = n
 	}
 	return out

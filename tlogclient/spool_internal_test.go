@@ -2,11 +2,13 @@ package tlogclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -538,8 +540,10 @@ func TestSpoolSendersUnsubscribe(t *testing.T) {
 // TestSpoolUnlisted: the leaves still on disk that logs with a cursor, but
 // not among the configured ones, have not been delivered — what a client
 // configured without them would let go (keysvc tlog drain refuses then).
+// A cursor file cut by a power loss is its log's by its file name: a
+// listed log's is not counted, an unlisted one's is owed everything.
 func TestSpoolUnlisted(t *testing.T) {
-	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), SegmentRecords: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,21 +556,60 @@ func TestSpoolUnlisted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for u, pos := range map[string]uint64{
-		"http://listed": 0,  // configured: never counted
-		"http://owed":   4,  // owed records 4..9
-		"http://done":   10, // has everything
-		"http://past":   99, // past the end: owed the whole spool, as startSpool reads it
+		"http://listed":      0,  // configured: never counted
+		"http://listed-torn": 0,  // configured, its file cut below
+		"http://owed":        4,  // owed records 4..9
+		"http://done":        10, // has everything
+		"http://past":        99, // past the end: owed the whole spool, as startSpool reads it
+		"http://torn":        10, // not configured, its file cut below
 	} {
 		if err := sp.saveCursor(u, pos); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got := sp.Unlisted([]string{"http://listed"})
-	want := map[string]uint64{"http://owed": 6, "http://past": 10}
-	if !maps.Equal(got, want) {
+	for _, u := range []string{"http://listed-torn", "http://torn"} {
+		if err := os.WriteFile(sp.cursorPath(u), []byte("http://to"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	torn := "(cursor file " + filepath.Base(sp.cursorPath("http://torn")) + ", its URL cut)"
+	listed := []string{"http://listed", "http://listed-torn"}
+	if got, want := sp.Unlisted(listed), map[string]uint64{"http://owed": 6, "http://past": 10, torn: 10}; !maps.Equal(got, want) {
 		t.Fatalf("Unlisted = %v, want %v", got, want)
 	}
-	if got := sp.Unlisted([]string{"http://listed", "http://owed", "http://past"}); len(got) != 0 {
+	if got := sp.Unlisted(append(listed, "http://owed", "http://past", "http://torn")); len(got) != 0 {
 		t.Fatalf("Unlisted with every owed log listed = %v, want none", got)
 	}
+	// Segments 0 and 1 (records 0..7) deleted: only records 8 and 9 are
+	// still there to be owed.
+	sp.trim(8)
+	if got, want := sp.Unlisted(listed), map[string]uint64{"http://owed": 2, "http://past": 2, torn: 2}; !maps.Equal(got, want) {
+		t.Fatalf("Unlisted after a trim = %v, want %v", got, want)
+	}
+}
+
+// TestOpenExistingSpool: SpoolOptions.Existing refuses a directory that is
+// missing or holds no spool, and creates nothing there; a spool opened
+// once before (its LOCK file) opens.
+func TestOpenExistingSpool(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	empty := t.TempDir()
+	for _, dir := range []string{filepath.Join(empty, "missing"), empty} {
+		if _, err := OpenSpool(SpoolOptions{Dir: dir, Existing: true, Logger: quiet}); !errors.Is(err, ErrNotASpool) {
+			t.Fatalf("OpenSpool(%s, Existing) = %v, want ErrNotASpool", dir, err)
+		}
+	}
+	if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+		t.Fatalf("a refused OpenSpool left %v (%v)", ents, err)
+	}
+	sp, err := OpenSpool(SpoolOptions{Dir: empty, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.Close()
+	sp, err = OpenSpool(SpoolOptions{Dir: empty, Existing: true, Logger: quiet})
+	if err != nil {
+		t.Fatalf("OpenSpool of a spool, Existing: %v", err)
+	}
+	sp.Close()
 }

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -76,23 +74,25 @@ an unlisted log (nothing is delivered then).`,
 			if err != nil {
 				return fail(err)
 			}
-			// OpenSpool creates a missing directory: a mistyped or unmounted
-			// path would read as an empty spool that "owes nothing".
-			if fi, err := os.Stat(spoolDir); err != nil || !fi.IsDir() {
-				return fail(fmt.Errorf("no spool at %s (is the replica's disk mounted there?): %v", spoolDir, cmp.Or(err, errors.New("not a directory"))))
+			// Existing: a mistyped or unmounted path (missing, or an
+			// empty directory) must not read as an empty spool that
+			// "owes nothing".
+			sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: spoolDir, Logger: log, Existing: true})
+			if errors.Is(err, tlogclient.ErrNotASpool) {
+				return fail(fmt.Errorf("%w (is the replica's disk mounted there?)", err))
 			}
-			sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: spoolDir, Logger: log})
 			if err != nil {
 				return fail(err)
 			}
 			defer sp.Close()
-			if owed := sp.Unlisted(listed); len(owed) > 0 {
-				if !forgetUnlisted {
-					return fail(unlistedError(owed))
-				}
-				for u, n := range owed {
-					log.Warn("transparency log: drain: leaves owed to an unlisted log are let go (--forget-unlisted)", "log", u, "leaves", n)
-				}
+			owed := sp.Unlisted(listed)
+			if len(owed) > 0 && !forgetUnlisted {
+				return fail(unlistedError(owed))
+			}
+			var forgotten uint64
+			for u, n := range owed {
+				log.Warn("transparency log: drain: leaves owed to an unlisted log are let go (--forget-unlisted)", "log", u, "leaves", n)
+				forgotten += n
 			}
 			c, err := tlogclient.New(tlogclient.Config{Spool: sp, Logs: asLogs(hls), Logger: log})
 			if err != nil {
@@ -106,6 +106,11 @@ an unlisted log (nothing is delivered then).`,
 				b, _, _ := c.Backlog()
 				fmt.Fprintf(cmd.OutOrStdout(), "not drained after %s: %v\n", time.Since(start).Round(time.Millisecond), b)
 				return exitError{1}
+			}
+			if len(owed) > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "drained: %d leaves delivered to %d logs in %s; %s owes the listed logs nothing; %d leaves owed to %d unlisted %s let go\n",
+					n, len(hls), time.Since(start).Round(time.Millisecond), spoolDir, forgotten, len(owed), map[bool]string{true: "log", false: "logs"}[len(owed) == 1])
+				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "drained: %d leaves delivered to %d logs in %s; %s owes nothing\n",
 				n, len(hls), time.Since(start).Round(time.Millisecond), spoolDir)

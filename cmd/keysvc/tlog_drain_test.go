@@ -17,9 +17,9 @@ import (
 // TestTlogDrain: `keysvc tlog drain` hands a stopped replica's spool to the
 // log: every leaf in it reaches the log, a second drain owes nothing, and
 // it refuses (exit 2, nothing delivered or deleted) a spool still held by
-// a running process, a path with no spool (which would read as an empty
-// one that "owes nothing"), and a list of logs that leaves out one the
-// spool still owes leaves to, unless --forget-unlisted.
+// a running process, a path with no spool, missing or empty (either would
+// read as an empty spool that "owes nothing"), and a list of logs that
+// leaves out one the spool still owes leaves to, unless --forget-unlisted.
 func TestTlogDrain(t *testing.T) {
 	logDir := t.TempDir()
 	logSrv := startTlogServer(t, logDir)
@@ -49,7 +49,7 @@ func TestTlogDrain(t *testing.T) {
 	}
 	// Held by a live process: refused.
 	_, errOut, code := runCLI(t, nil, "tlog", "drain", "--data-dir", dataDir, "--tlog-url", logSrv.URL)
-	if code == 0 || !strings.Contains(errOut, "in use by another process") {
+	if code != 2 || !strings.Contains(errOut, "in use by another process") {
 		t.Fatalf("drain of a held spool: exit %d, %s", code, errOut)
 	}
 	sp.Close()
@@ -63,6 +63,16 @@ func TestTlogDrain(t *testing.T) {
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
 		t.Fatalf("drain of a missing spool made %s (%v)", missing, err)
 	}
+	// An empty directory (a mount point with nothing mounted) is no spool
+	// either, and is left empty.
+	empty := t.TempDir()
+	_, errOut, code = runCLI(t, nil, "tlog", "drain", "--spool", empty, "--tlog-url", logSrv.URL)
+	if code != 2 || !strings.Contains(errOut, "no spool at "+empty+": no LOCK file and no segment (is the replica's disk mounted there?)") {
+		t.Fatalf("drain of an empty directory: exit %d, %s", code, errOut)
+	}
+	if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+		t.Fatalf("drain of an empty directory left %v (%v)", ents, err)
+	}
 	// The other log left off the list: refused, naming it and what it is owed.
 	out, errOut, code := runCLI(t, nil, "tlog", "drain", "--data-dir", dataDir, "--tlog-url", logSrv.URL)
 	if want := "keysvc: the spool owes leaves to logs not given with --tlog-url: " + otherLog + " (2500 leaves); give every log the replica was configured with, or --forget-unlisted to let those leaves go\n"; code != 2 || errOut != want || out != "" {
@@ -73,7 +83,7 @@ func TestTlogDrain(t *testing.T) {
 	}
 
 	out, errOut, code = runCLI(t, nil, "tlog", "drain", "--data-dir", dataDir, "--tlog-url", logSrv.URL, "--forget-unlisted")
-	if code != 0 || !strings.Contains(out, "drained: 2500 leaves delivered to 1 logs") ||
+	if code != 0 || !strings.Contains(out, "drained: 2500 leaves delivered to 1 logs in ") || !strings.HasSuffix(out, " owes the listed logs nothing; 2500 leaves owed to 1 unlisted log let go\n") ||
 		!strings.Contains(errOut, `"msg":"transparency log: drain: leaves owed to an unlisted log are let go (--forget-unlisted)","log":"`+otherLog+`","leaves":2500`) {
 		t.Fatalf("drain: exit %d\n%s\n%s", code, out, errOut)
 	}
