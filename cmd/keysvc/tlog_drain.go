@@ -108,8 +108,12 @@ an unlisted log (nothing is delivered then).`,
 				return exitError{1}
 			}
 			if len(owed) > 0 {
+				logs := "logs"
+				if len(owed) == 1 {
+					logs = "log"
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "drained: %d leaves delivered to %d logs in %s; %s owes the listed logs nothing; %d leaves owed to %d unlisted %s let go\n",
-					n, len(hls), time.Since(start).Round(time.Millisecond), spoolDir, forgotten, len(owed), map[bool]string{true: "log", false: "logs"}[len(owed) == 1])
+					n, len(hls), time.Since(start).Round(time.Millisecond), spoolDir, forgotten, len(owed), logs)
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "drained: %d leaves delivered to %d logs in %s; %s owes nothing\n",
