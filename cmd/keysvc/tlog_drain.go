@@ -108,12 +108,8 @@ an unlisted log (nothing is delivered then).`,
 				return exitError{1}
 			}
 			if len(owed) > 0 {
-				logs := "logs"
-				if len(owed) == 1 {
-					logs = "log"
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "drained: %d leaves delivered to %d logs in %s; %s owes the listed logs nothing; %d leaves owed to %d unlisted %s let go\n",
-					n, len(hls), time.Since(start).Round(time.Millisecond), spoolDir, forgotten, len(owed), logs)
+				fmt.Fprintf(cmd.OutOrStdout(), "drained: %d leaves delivered to %d logs in %s; %s owes the listed logs nothing; %d %s owed to %d unlisted %s let go\n",
+					n, len(hls), time.Since(start).Round(time.Millisecond), spoolDir, forgotten, plural(forgotten, "leaf", "leaves"), len(owed), plural(uint64(len(owed)), "log", "logs"))
 				return nil
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "drained: %d leaves delivered to %d logs in %s; %s owes nothing\n",
@@ -138,8 +134,16 @@ func unlistedError(owed map[string]uint64) error {
 	us := slices.Sorted(maps.Keys(owed))
 	parts := make([]string, len(us))
 	for i, u := range us {
-		parts[i] = fmt.Sprintf("%s (%d leaves)", u, owed[u])
+		parts[i] = fmt.Sprintf("%s (%d %s)", u, owed[u], plural(owed[u], "leaf", "leaves"))
 	}
 	return fmt.Errorf("the spool owes leaves to logs not given with --tlog-url: %s; give every log the replica was configured with, or --forget-unlisted to let those leaves go",
 		strings.Join(parts, ", "))
+}
+
+// plural returns one when n is 1, else many.
+func plural(n uint64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
