@@ -149,6 +149,10 @@ type Client struct {
 	statsAt  time.Time
 
 	spoolOnce sync.Once
+	// flushing is closed by the first Flush: the spool's send loops stop
+	// gathering partial batches for FlushDelay.
+	flushing     chan struct{}
+	flushingOnce sync.Once
 
 	m clientMetrics
 }
@@ -175,7 +179,8 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("tlogclient: no transparency log configured")
 	}
 	c := &Client{cfg: cfg, byURL: map[string]*logState{},
-		reqs: make(chan *recordReq, 4096), jobs: make(chan func(context.Context), 64), m: newClientMetrics()}
+		reqs: make(chan *recordReq, 4096), jobs: make(chan func(context.Context), 64), m: newClientMetrics(),
+		flushing: make(chan struct{})}
 	for _, l := range cfg.Logs {
 		u := l.URL()
 		if _, dup := c.byURL[u]; dup {

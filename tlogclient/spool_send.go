@@ -95,6 +95,7 @@ func (ls *logState) spoolSendLoop(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-time.After(cfg.FlushDelay):
+			case <-ls.c.flushing:
 			}
 		}
 		// Send a batch, then more at once only while full batches wait:
@@ -231,6 +232,44 @@ func (c *Client) spoolBacklog() map[string]store.OutboxStat {
 // ErrNoSpool: the client records to the outbox, not to a spool.
 var ErrNoSpool = errors.New("tlogclient: no spool configured")
 
+// Flush asks a running client (Run) to deliver what the spool holds now
+// and waits until every configured log has it: nil, or ctx.Err() when ctx
+// ends first (what is still owed stays in the spool for the next start or
+// `keysvc tlog drain`). From the first Flush on, the send loops no longer
+// gather a partial batch for FlushDelay: it is meant for a graceful stop,
+// after the last Record. A client on the outbox returns ErrNoSpool: its
+// rows are in key history, where any replica delivers them.
+func (c *Client) Flush(ctx context.Context) error {
+	if c.cfg.Spool == nil {
+		return ErrNoSpool
+	}
+	c.flushingOnce.Do(func() { close(c.flushing) })
+	target := c.cfg.Spool.End()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !c.spoolDeliveredTo(target) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// spoolDeliveredTo reports whether every log has every record before end.
+func (c *Client) spoolDeliveredTo(end uint64) bool {
+	for _, ls := range c.logs {
+		ls.mu.Lock()
+		acked := ls.spool.acked
+		ls.mu.Unlock()
+		if acked < end {
+			return false
+		}
+	}
+	return true
+}
+
 // DrainSpool runs the client until every configured log has every leaf of
 // the spool (or ctx ends), then stops it: `keysvc tlog drain`, the hand-off
 // of a stopped replica's spool. It returns the most leaves any log was
@@ -249,12 +288,8 @@ func (c *Client) DrainSpool(ctx context.Context) (uint64, error) {
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(rctx) }()
 	defer func() { cancel(); <-done }()
-	for len(c.spoolBacklog()) > 0 {
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	if err := c.Flush(ctx); err != nil {
+		return 0, err
 	}
 	return uint64(owed), nil
 }

@@ -3,6 +3,7 @@ package tlogclient_test
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -378,5 +379,49 @@ func TestSpoolTwoLogs(t *testing.T) {
 			t.Fatalf("segments %v, want only the last one", segs)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSpoolFlush: Flush sends a partial batch at once (FlushDelay is an
+// hour here), returns ctx's error while the log refuses it (the leaves
+// stay owed), and nil once the log has every leaf the spool held. A client
+// on the outbox has no spool to flush.
+func TestSpoolFlush(t *testing.T) {
+	sp := openSpool(t, t.TempDir(), 0)
+	defer sp.Close()
+	l := startLog(t)
+	l.down.Store(true)
+	c, stop := startClient(t, tlogclient.Config{Spool: sp, Logs: []tlogclient.Log{l.httpLog(t)}, FlushDelay: time.Hour})
+	defer stop()
+	jws := fakeJWS("flush", 3)
+	if err := c.RecordJWS(context.Background(), jws); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := c.Flush(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush with the log down = %v, want context.DeadlineExceeded", err)
+	}
+	if b, _, _ := c.Backlog(); b[l.httpLog(t).URL()].Rows != 3 {
+		t.Fatalf("backlog %v, want 3 rows owed", b)
+	}
+	l.down.Store(false)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel2()
+	if err := c.Flush(ctx2); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if b, _, _ := c.Backlog(); len(b) != 0 {
+		t.Fatalf("after Flush the backlog is %v, want empty", b)
+	}
+	l.waitAll(t, jws, 10*time.Second)
+
+	ob := openStore(t, "sqlite")
+	oc, err := tlogclient.New(tlogclient.Config{Outbox: ob.(store.Outbox), Logs: []tlogclient.Log{l.httpLog(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := oc.Flush(context.Background()); !errors.Is(err, tlogclient.ErrNoSpool) {
+		t.Fatalf("Flush on the outbox = %v, want ErrNoSpool", err)
 	}
 }

@@ -396,11 +396,32 @@ func (rt *tlogRuntime) api() api.TransparencyLog {
 	return rt.client
 }
 
-// stop stops the client (undelivered rows stay in the outbox), then the
-// embedded log (which publishes a checkpoint over what it sequenced).
+// stopFlushTimeout bounds how long a graceful stop waits for the logs to
+// take what the spool owes them.
+const stopFlushTimeout = 5 * time.Second
+
+// stop stops the client, then the embedded log (which publishes a
+// checkpoint over what it sequenced). With the spool, the client first
+// delivers what the spool holds (at most stopFlushTimeout: the leaves of
+// the last signatures would otherwise wait for the next start); what a
+// log did not take by then stays in the spool, and the warning says how
+// much. With the outbox, undelivered rows stay there for any replica.
 func (rt *tlogRuntime) stop() {
 	if rt == nil {
 		return
+	}
+	if rt.spool != nil && rt.client != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), stopFlushTimeout)
+		if err := rt.client.Flush(ctx); err != nil {
+			b, _, _ := rt.client.Backlog()
+			owed := map[string]int64{}
+			for u, s := range b {
+				owed[u] = s.Rows
+			}
+			rt.log.Warn("transparency log: stopping with leaves the logs have not taken; the next start or keysvc tlog drain delivers them",
+				"waited", stopFlushTimeout.String(), "owed", owed)
+		}
+		cancel()
 	}
 	if rt.cancel != nil {
 		rt.cancel()

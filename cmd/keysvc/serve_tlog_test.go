@@ -119,3 +119,44 @@ func TestMoveEmbeddedOwedOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestServeStopDeliversSpool: a signature answered just before a graceful
+// stop reaches the embedded log before the process exits; the spool owes
+// no log anything afterwards. (Before, its leaf waited in the spool for the
+// send loop's 100 ms gathering and was delivered only at the next start.)
+func TestServeStopDeliversSpool(t *testing.T) {
+	dir := t.TempDir()
+	srv := startServer(t, nil, "--dev", "--data-dir", dir)
+	tok, err := os.ReadFile(filepath.Join(dir, "dev-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, srv.SignURL+"/v1/keys/dev/mcp-transport",
+		strings.NewReader(`{"tool":"get_verified_stay_offer","arguments":{"guests":2}}`))
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("sign: %d", resp.StatusCode)
+	}
+	srv.stop(t)
+	if out := srv.stderr.String(); strings.Contains(out, "stopping with leaves") {
+		t.Errorf("stop warned of owed leaves:\n%s", out)
+	}
+	sp, err := tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: filepath.Join(dir, "tlog-spool"), Existing: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	if sp.End() == 0 {
+		t.Fatal("the spool holds no leaf: the signature was not recorded")
+	}
+	if owed := sp.Unlisted(nil); len(owed) != 0 {
+		t.Fatalf("after a graceful stop the spool owes %v, want nothing", owed)
+	}
+}
