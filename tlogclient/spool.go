@@ -710,26 +710,57 @@ func (s *Spool) cursorPath(logURL string) string {
 	return filepath.Join(s.dir, spoolCursorPrefix+hex.EncodeToString(h[:8]))
 }
 
+// cursorFile is a cursor file's contents: "URL\nPOS\n", and for a log a
+// client ran without, a third line "unlisted-at END" (markUnlisted).
+type cursorFile struct {
+	url   string
+	pos   uint64
+	posOK bool // false: the file was cut before the position ended
+	// unlistedAt is the spool's end when a client first started without
+	// the log: it is owed no leaf appended after that (hasUnlistedAt).
+	unlistedAt    uint64
+	hasUnlistedAt bool
+}
+
+const cursorUnlistedAt = "unlisted-at "
+
+func parseCursorFile(b []byte) cursorFile {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	c := cursorFile{url: lines[0]}
+	if len(lines) > 1 {
+		n, err := strconv.ParseUint(lines[1], 10, 64)
+		c.pos, c.posOK = n, err == nil
+	}
+	if len(lines) > 2 {
+		if v, ok := strings.CutPrefix(lines[2], cursorUnlistedAt); ok {
+			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+				c.unlistedAt, c.hasUnlistedAt = n, true
+			}
+		}
+	}
+	return c
+}
+
 // loadCursor returns a log's delivered position; ok is false for a log
 // the spool has never seen. A cursor file cut by a power loss (empty, or
 // cut inside the URL or the position) reads as position 0 with ok true:
 // everything still on disk is delivered again (the log folds duplicates),
 // where "never seen" would start the log at the spool's end and skip what
-// it was owed.
+// it was owed. An unlisted-at line is ignored: a log configured again is
+// delivered everything on disk after its position.
 func (s *Spool) loadCursor(logURL string) (uint64, bool) {
 	b, err := os.ReadFile(s.cursorPath(logURL))
 	if err != nil {
 		return 0, false
 	}
-	u, pos, ok := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	if ok && u != logURL {
+	c := parseCursorFile(b)
+	if strings.Contains(strings.TrimSpace(string(b)), "\n") && c.url != logURL {
 		return 0, false // another URL with the same file name
 	}
-	n, err := strconv.ParseUint(pos, 10, 64)
-	if !ok || err != nil {
+	if !c.posOK {
 		return 0, true
 	}
-	return n, true
+	return c.pos, true
 }
 
 // saveCursor records a log's delivered position (write to a temporary
@@ -738,12 +769,43 @@ func (s *Spool) loadCursor(logURL string) (uint64, bool) {
 // saveCursorDurable: a lost one would read as a log never seen, started at
 // the spool's end.
 func (s *Spool) saveCursor(logURL string, pos uint64) error {
+	return s.writeCursor(logURL, logURL+"\n"+strconv.FormatUint(pos, 10)+"\n")
+}
+
+func (s *Spool) writeCursor(logURL, content string) error {
 	p := s.cursorPath(logURL)
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(logURL+"\n"+strconv.FormatUint(pos, 10)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, p)
+}
+
+// markUnlisted writes, durably, the spool's end into the cursor file of
+// every log it has a cursor for that is not configured and has no such
+// mark yet: the leaves appended from now on are not owed to that log, so
+// Unlisted counts only the ones it was owed when a client first ran
+// without it, and reaches 0 once the configured logs' trimming deleted
+// them. A cursor file whose URL was cut is left alone (its log is
+// unknown). A client calls it at start, before anything is appended.
+func (s *Spool) markUnlisted(configured []string) {
+	end := s.End()
+	for _, oc := range s.otherCursors(configured) {
+		if oc.url == "" || oc.hasUnlistedAt {
+			continue
+		}
+		content := oc.url + "\n" + strconv.FormatUint(oc.pos, 10) + "\n" + cursorUnlistedAt + strconv.FormatUint(end, 10) + "\n"
+		err := s.writeCursor(oc.url, content)
+		if err == nil {
+			err = syncPath(s.cursorPath(oc.url))
+		}
+		if err == nil {
+			err = syncPath(s.dir)
+		}
+		if err != nil {
+			s.log.Warn("transparency log: spool: marking a cursor of a log no longer configured failed; its count includes leaves appended later", "log", oc.url, "err", err)
+		}
+	}
 }
 
 // MoveCursor hands the delivered position the spool keeps for log URL
@@ -824,15 +886,24 @@ func isSpool(dir string) error {
 	return fmt.Errorf("%w %s: no %s file and no segment", ErrNotASpool, dir, spoolLockFile)
 }
 
-// otherCursors returns the delivered positions of logs the spool has
+// otherCursor is a cursor of a log that is not configured; url is ""
+// when the file was cut inside the URL or could not be read (name says
+// which, for messages).
+type otherCursor struct {
+	name string
+	cursorFile
+}
+
+// otherCursors returns, keyed by their log's URL (or a description of the
+// file when the URL is unknown), the cursors of logs the spool has
 // cursors for that are not in configured.
-func (s *Spool) otherCursors(configured []string) map[string]uint64 {
+func (s *Spool) otherCursors(configured []string) map[string]otherCursor {
 	ents, _ := os.ReadDir(s.dir)
 	mine := make(map[string]bool, len(configured)) // the configured logs' cursor file names
 	for _, u := range configured {
 		mine[filepath.Base(s.cursorPath(u))] = true
 	}
-	out := map[string]uint64{}
+	out := map[string]otherCursor{}
 	for _, e := range ents {
 		name := e.Name()
 		if !strings.HasPrefix(name, spoolCursorPrefix) || strings.HasSuffix(name, ".tmp") || mine[name] {
@@ -840,17 +911,18 @@ func (s *Spool) otherCursors(configured []string) map[string]uint64 {
 		}
 		b, err := os.ReadFile(filepath.Join(s.dir, name))
 		if err != nil {
-			out["(cursor file "+name+": "+err.Error()+")"] = 0
+			out["(cursor file "+name+": "+err.Error()+")"] = otherCursor{name: name, cursorFile: cursorFile{posOK: true}}
 			continue
 		}
-		u, pos, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-		if filepath.Base(s.cursorPath(u)) != name {
+		c := parseCursorFile(b)
+		if filepath.Base(s.cursorPath(c.url)) != name {
 			// Cut by a power loss inside the URL (cursors are not
 			// fsynced): the URL is unknown, the position too.
-			u, pos = "(cursor file "+name+", its URL cut)", ""
+			out["(cursor file "+name+", its URL cut)"] = otherCursor{name: name}
+			continue
 		}
-		n, _ := strconv.ParseUint(pos, 10, 64) // a cut position reads as 0, as loadCursor does
-		out[u] = n
+		// A cut position reads as 0, as loadCursor does.
+		out[c.url] = otherCursor{name: name, cursorFile: c}
 	}
 	return out
 }
@@ -858,20 +930,27 @@ func (s *Spool) otherCursors(configured []string) map[string]uint64 {
 // Unlisted returns, for every log the spool holds a cursor for that is
 // not among configured (normalized URLs, NormalizeURL), how many of the
 // leaves still on disk it has not been delivered; logs owed nothing are
-// left out. A client configured with only the listed logs deletes those
-// leaves once the listed logs have them (segments are trimmed by the
-// configured logs' cursors alone), so `keysvc tlog drain` refuses to run
-// while this is not empty, unless told to let them go.
+// left out. Once a client has run without a log (its cursor carries the
+// spool's end at that start, markUnlisted), only the leaves before that
+// end count: the later ones were never owed to it. A client configured
+// with only the listed logs deletes those leaves once the listed logs
+// have them (segments are trimmed by the configured logs' cursors alone),
+// so `keysvc tlog drain` refuses to run while this is not empty, unless
+// told to let them go.
 func (s *Spool) Unlisted(configured []string) map[string]uint64 {
 	end, first := s.End(), s.first.Load()
 	out := map[string]uint64{}
-	for u, pos := range s.otherCursors(configured) {
-		from := max(pos, first)
-		if pos > end {
+	for u, oc := range s.otherCursors(configured) {
+		from := max(oc.pos, first)
+		if oc.pos > end {
 			from = first // as startSpool reads such a cursor: deliver everything again
 		}
-		if end > from {
-			out[u] = end - from
+		to := end
+		if oc.hasUnlistedAt {
+			to = min(to, oc.unlistedAt)
+		}
+		if to > from {
+			out[u] = to - from
 		}
 	}
 	return out

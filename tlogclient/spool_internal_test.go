@@ -613,3 +613,81 @@ func TestOpenExistingSpool(t *testing.T) {
 	}
 	sp.Close()
 }
+
+// TestSpoolMarkUnlisted: a client that starts without a log marks that
+// log's cursor with the spool's end (once), so the leaves appended later
+// are not counted as owed to it, and the count reaches 0 once the
+// configured logs' trimming deleted what it was owed. The mark does not
+// move the log's position: configured again, it is delivered everything
+// after it, and its next cursor write drops the mark.
+func TestSpoolMarkUnlisted(t *testing.T) {
+	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), SegmentRecords: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	appendN := func(n int) {
+		t.Helper()
+		hashes := make([][32]byte, n)
+		for i := range hashes {
+			hashes[i][0] = byte(sp.End()) + byte(i) + 1
+		}
+		if err := sp.append(context.Background(), artifactCode(ArtifactAttestation), time.Now(), hashes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := func(u string) string {
+		t.Helper()
+		b, err := os.ReadFile(sp.cursorPath(u))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	appendN(10)
+	for u, pos := range map[string]uint64{"http://listed": 0, "http://owed": 4, "http://done": 10} {
+		if err := sp.saveCursor(u, pos); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(sp.cursorPath("http://torn"), []byte("http://to"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	listed := []string{"http://listed"}
+	torn := "(cursor file " + filepath.Base(sp.cursorPath("http://torn")) + ", its URL cut)"
+
+	sp.markUnlisted(listed)
+	for u, want := range map[string]string{
+		"http://listed": "http://listed\n0\n",
+		"http://owed":   "http://owed\n4\nunlisted-at 10\n",
+		"http://done":   "http://done\n10\nunlisted-at 10\n",
+		"http://torn":   "http://to", // its log is unknown: left as it is
+	} {
+		if got := file(u); got != want {
+			t.Errorf("cursor of %s = %q, want %q", u, got, want)
+		}
+	}
+	appendN(6) // records 10..15, signed without those logs
+	sp.markUnlisted(listed)
+	if got, want := file("http://owed"), "http://owed\n4\nunlisted-at 10\n"; got != want {
+		t.Errorf("a second start moved the mark: %q, want %q", got, want)
+	}
+	// Before the mark, owed counted 12 and done 6: the leaves signed after
+	// they were dropped.
+	if got, want := sp.Unlisted(listed), map[string]uint64{"http://owed": 6, torn: 16}; !maps.Equal(got, want) {
+		t.Fatalf("Unlisted = %v, want %v", got, want)
+	}
+	if pos, ok := sp.loadCursor("http://owed"); pos != 4 || !ok {
+		t.Fatalf("loadCursor of a marked cursor = %d, %v; want 4, true", pos, ok)
+	}
+	sp.trim(12) // segments 0..2 (records 0..11) deleted: what owed was owed is gone
+	if got, want := sp.Unlisted(listed), map[string]uint64{torn: 4}; !maps.Equal(got, want) {
+		t.Fatalf("Unlisted after the trim = %v, want %v", got, want)
+	}
+	if err := sp.saveCursor("http://owed", 16); err != nil { // configured again
+		t.Fatal(err)
+	}
+	if got, want := file("http://owed"), "http://owed\n16\n"; got != want {
+		t.Errorf("cursor of a log configured again = %q, want %q", got, want)
+	}
+}

@@ -61,6 +61,7 @@ func (c *Client) startSpool() {
 			c.cfg.Logger.Info("transparency log: spool: delivering leaves left by the previous run", "log", ls.url, "leaves", end-pos)
 		}
 	}
+	sp.markUnlisted(c.LogURLs())
 	for u, owed := range sp.Unlisted(c.LogURLs()) {
 		c.cfg.Logger.Warn("transparency log: spool has leaves for a log that is no longer configured; they are not delivered and their segments are deleted once the configured logs have them",
 			"log", u, "leaves", owed)

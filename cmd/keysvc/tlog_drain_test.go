@@ -82,8 +82,33 @@ func TestTlogDrain(t *testing.T) {
 		t.Fatalf("a refused drain delivered %d leaves", len(got))
 	}
 
+	// The replica ran once more without the other log (its client starts
+	// with the first log alone) and signed 500 more: those were never owed
+	// to the other log, which is still owed its 2500, not 3000.
+	sp, err = tlogclient.OpenSpool(tlogclient.SpoolOptions{Dir: spoolDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err = tlogclient.New(tlogclient.Config{Spool: sp, Logs: []tlogclient.Log{hl}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	more := make([]string, 500)
+	for i := range more {
+		more[i] = fmt.Sprintf("eyJdrain.after.%d.sig", i)
+	}
+	if err := c.RecordJWS(context.Background(), more); err != nil {
+		t.Fatal(err)
+	}
+	sp.Close()
+	jws = append(jws, more...)
+	out, errOut, code = runCLI(t, nil, "tlog", "drain", "--data-dir", dataDir, "--tlog-url", logSrv.URL)
+	if want := "keysvc: the spool owes leaves to logs not given with --tlog-url: " + otherLog + " (2500 leaves); give every log the replica was configured with, or --forget-unlisted to let those leaves go\n"; code != 2 || errOut != want || out != "" {
+		t.Fatalf("drain after a run without the other log: exit %d\nstdout %q\nstderr %q\nwant %q", code, out, errOut, want)
+	}
+
 	out, errOut, code = runCLI(t, nil, "tlog", "drain", "--data-dir", dataDir, "--tlog-url", logSrv.URL, "--forget-unlisted")
-	if code != 0 || !strings.Contains(out, "drained: 2500 leaves delivered to 1 logs in ") || !strings.HasSuffix(out, " owes the listed logs nothing; 2500 leaves owed to 1 unlisted log let go\n") ||
+	if code != 0 || !strings.Contains(out, "drained: 3000 leaves delivered to 1 logs in ") || !strings.HasSuffix(out, " owes the listed logs nothing; 2500 leaves owed to 1 unlisted log let go\n") ||
 		!strings.Contains(errOut, `"msg":"transparency log: drain: leaves owed to an unlisted log are let go (--forget-unlisted)","log":"`+otherLog+`","leaves":2500`) {
 		t.Fatalf("drain: exit %d\n%s\n%s", code, out, errOut)
 	}
