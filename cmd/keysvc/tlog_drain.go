@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -87,7 +88,7 @@ an unlisted log (nothing is delivered then).`,
 			defer sp.Close()
 			owed := sp.Unlisted(listed)
 			if len(owed) > 0 && !forgetUnlisted {
-				return fail(unlistedError(owed))
+				return fail(unlistedError(owed, listed))
 			}
 			var forgotten uint64
 			for u, n := range owed {
@@ -129,15 +130,45 @@ an unlisted log (nothing is delivered then).`,
 }
 
 // unlistedError names the logs the spool still owes leaves to that drain
-// was not given, in URL order.
-func unlistedError(owed map[string]uint64) error {
+// was not given, in URL order. A cursor is a log's by its URL exactly as
+// the replica's configuration spelled it (normalized): an owed log that
+// differs from a listed one only in its host (localhost against
+// 127.0.0.1, a name against its address, letter case) is pointed out.
+func unlistedError(owed map[string]uint64, listed []string) error {
 	us := slices.Sorted(maps.Keys(owed))
 	parts := make([]string, len(us))
 	for i, u := range us {
-		parts[i] = fmt.Sprintf("%s (%d %s)", u, owed[u], plural(owed[u], "leaf", "leaves"))
+		parts[i] = fmt.Sprintf("%s (%d %s", u, owed[u], plural(owed[u], "leaf", "leaves"))
+		for _, l := range listed {
+			if otherHostOnly(u, l) {
+				parts[i] += "; you listed " + l + ": give the URL as the replica's configuration spelled it"
+				break
+			}
+		}
+		parts[i] += ")"
 	}
 	return fmt.Errorf("the spool owes leaves to logs not given with --tlog-url: %s; give every log the replica was configured with, or --forget-unlisted to let those leaves go",
 		strings.Join(parts, ", "))
+}
+
+// otherHostOnly reports whether URLs a and b have the same scheme, port
+// (the scheme's default when none is given) and path, and different hosts.
+func otherHostOnly(a, b string) bool {
+	ua, err1 := url.Parse(a)
+	ub, err2 := url.Parse(b)
+	if err1 != nil || err2 != nil || ua.Scheme != ub.Scheme || ua.EscapedPath() != ub.EscapedPath() || ua.Hostname() == ub.Hostname() {
+		return false
+	}
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if u.Scheme == "https" {
+			return "443"
+		}
+		return "80"
+	}
+	return port(ua) == port(ub)
 }
 
 // plural returns one when n is 1, else many.

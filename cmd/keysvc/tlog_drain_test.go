@@ -185,3 +185,19 @@ func TestParseLogKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestUnlistedErrorSpelling: an owed log whose URL differs from a listed
+// one only in the host's spelling is pointed out; one on another port or
+// path is not.
+func TestUnlistedErrorSpelling(t *testing.T) {
+	owed := map[string]uint64{"http://127.0.0.1:8090": 12, "https://log.example.com/v1": 1, "http://127.0.0.1:9000": 3}
+	listed := []string{"http://localhost:8090", "https://LOG.example.com:443/v1", "http://localhost:9001"}
+	const want = "the spool owes leaves to logs not given with --tlog-url: " +
+		"http://127.0.0.1:8090 (12 leaves; you listed http://localhost:8090: give the URL as the replica's configuration spelled it), " +
+		"http://127.0.0.1:9000 (3 leaves), " +
+		"https://log.example.com/v1 (1 leaf; you listed https://LOG.example.com:443/v1: give the URL as the replica's configuration spelled it); " +
+		"give every log the replica was configured with, or --forget-unlisted to let those leaves go"
+	if got := unlistedError(owed, listed).Error(); got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
