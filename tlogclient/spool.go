@@ -731,7 +731,10 @@ func parseCursorFile(b []byte) cursorFile {
 		n, err := strconv.ParseUint(lines[1], 10, 64)
 		c.pos, c.posOK = n, err == nil
 	}
-	if len(lines) > 2 {
+	// The mark counts only whole (the file ends with its newline): a number
+	// cut by a power loss would read as an earlier end and count less than
+	// the log is owed, where every other cut counts more.
+	if len(lines) > 2 && strings.HasSuffix(string(b), "\n") {
 		if v, ok := strings.CutPrefix(lines[2], cursorUnlistedAt); ok {
 			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
 				c.unlistedAt, c.hasUnlistedAt = n, true
@@ -769,16 +772,37 @@ func (s *Spool) loadCursor(logURL string) (uint64, bool) {
 // saveCursorDurable: a lost one would read as a log never seen, started at
 // the spool's end.
 func (s *Spool) saveCursor(logURL string, pos uint64) error {
-	return s.writeCursor(logURL, logURL+"\n"+strconv.FormatUint(pos, 10)+"\n")
+	return s.writeCursor(logURL, logURL+"\n"+strconv.FormatUint(pos, 10)+"\n", false)
 }
 
-func (s *Spool) writeCursor(logURL, content string) error {
+// writeCursor replaces logURL's cursor file with content (a temporary
+// file renamed into place); durable: the temporary file is fsynced before
+// the rename and the directory after it.
+func (s *Spool) writeCursor(logURL, content string, durable bool) error {
 	p := s.cursorPath(logURL)
 	tmp := p + ".tmp"
 	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, p)
+	if durable {
+		if err := syncPath(tmp); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return err
+	}
+	if durable {
+		return syncPath(s.dir)
+	}
+	return nil
+}
+
+// cursorMarked reports whether logURL's cursor file carries an
+// unlisted-at mark.
+func (s *Spool) cursorMarked(logURL string) bool {
+	b, err := os.ReadFile(s.cursorPath(logURL))
+	return err == nil && parseCursorFile(b).hasUnlistedAt
 }
 
 // markUnlisted writes, durably, the spool's end into the cursor file of
@@ -795,14 +819,7 @@ func (s *Spool) markUnlisted(configured []string) {
 			continue
 		}
 		content := oc.url + "\n" + strconv.FormatUint(oc.pos, 10) + "\n" + cursorUnlistedAt + strconv.FormatUint(end, 10) + "\n"
-		err := s.writeCursor(oc.url, content)
-		if err == nil {
-			err = syncPath(s.cursorPath(oc.url))
-		}
-		if err == nil {
-			err = syncPath(s.dir)
-		}
-		if err != nil {
+		if err := s.writeCursor(oc.url, content, true); err != nil {
 			s.log.Warn("transparency log: spool: marking a cursor of a log no longer configured failed; its count includes leaves appended later", "log", oc.url, "err", err)
 		}
 	}
@@ -861,13 +878,7 @@ func (s *Spool) RewindCursor(logURL string) error {
 
 // saveCursorDurable is saveCursor with the file and its directory fsynced.
 func (s *Spool) saveCursorDurable(logURL string, pos uint64) error {
-	if err := s.saveCursor(logURL, pos); err != nil {
-		return err
-	}
-	if err := syncPath(s.cursorPath(logURL)); err != nil {
-		return err
-	}
-	return syncPath(s.dir)
+	return s.writeCursor(logURL, logURL+"\n"+strconv.FormatUint(pos, 10)+"\n", true)
 }
 
 // isSpool returns nil when dir holds a spool's LOCK file or a segment,

@@ -691,3 +691,140 @@ func TestSpoolMarkUnlisted(t *testing.T) {
 		t.Errorf("cursor of a log configured again = %q, want %q", got, want)
 	}
 }
+
+// TestSpoolMarkStaleAfterRelisting: a log dropped (marked unlisted-at 4),
+// then configured again while it takes nothing (down, bad token…) and 6
+// more leaves are signed, then dropped again, is owed all 10, and 2 once
+// the configured log's trimming leaves only 8 and 9 on disk. (From a
+// review: the first version dropped the mark only at the log's next
+// cursor write, which never came, so the old mark stayed and the count
+// said 4, then 0.)
+func TestSpoolMarkStaleAfterRelisting(t *testing.T) {
+	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), SegmentRecords: 4, Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	L := &hashLog{url: "http://listed", got: map[[32]byte]bool{}}
+	X := downLog{url: "http://x"}
+	run := func(logs []Log, n int) {
+		t.Helper()
+		c, err := New(Config{Spool: sp, Logs: logs, Logger: lg, FlushDelay: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); c.Run(ctx) }()
+		for i := 0; i < n; i++ {
+			if err := c.Record(context.Background(), ArtifactAttestation, "jws-"+time.Now().String()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for !func() bool {
+			for _, l := range c.logs {
+				if _, up := l.log.(*hashLog); up {
+					l.mu.Lock()
+					a := l.spool.acked
+					l.mu.Unlock()
+					if a != sp.End() {
+						return false
+					}
+				}
+			}
+			return true
+		}() {
+			if time.Now().After(deadline) {
+				t.Fatal("L did not take the spool")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+		<-done
+	}
+	run([]Log{L, X}, 4) // X owed 0..3
+	run([]Log{L}, 0)    // X dropped: marked unlisted-at 4
+	run([]Log{L, X}, 6) // X configured again, takes nothing: owed 0..9
+	if b, _ := os.ReadFile(sp.cursorPath(X.url)); string(b) != "http://x\n0\n" {
+		t.Errorf("X's cursor file after the run it was configured in: %q, want the mark dropped", b)
+	}
+	// X dropped again: at this start leaves 0..9 are on disk and X took none of them.
+	if got, want := sp.Unlisted([]string{L.url}), map[string]uint64{X.url: 10}; !maps.Equal(got, want) {
+		t.Errorf("before the start without X: Unlisted = %v, want %v (first=%d end=%d)", got, want, sp.first.Load(), sp.End())
+	}
+	run([]Log{L}, 0) // serve's start warning and drain's refusal read this
+	if got, want := sp.Unlisted([]string{L.url}), map[string]uint64{X.url: 2}; !maps.Equal(got, want) {
+		t.Errorf("after it trimmed: Unlisted = %v, want %v (leaves 8, 9 are on disk, X never took them; first=%d end=%d)", got, want, sp.first.Load(), sp.End())
+	}
+}
+
+// TestSpoolMarkRelistedWhileDown: X took everything (cursor 4), was
+// dropped (unlisted-at 4), configured again while down (6 leaves signed,
+// none taken), and dropped again: it is owed those 6. (The first version
+// said nothing at all: no warning, no refusal, and the 6 leaves went with
+// their segments.)
+func TestSpoolMarkRelistedWhileDown(t *testing.T) {
+	lg := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), Logger: lg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	L := &hashLog{url: "http://listed", got: map[[32]byte]bool{}}
+	rec := func(logs []Log, n int, waitAll bool) {
+		t.Helper()
+		c, err := New(Config{Spool: sp, Logs: logs, Logger: lg, FlushDelay: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); c.Run(ctx) }()
+		for i := 0; i < n; i++ {
+			if err := c.Record(context.Background(), ArtifactAttestation, fmt.Sprint("s", i, time.Now())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fctx, fcancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err = c.Flush(fctx)
+		fcancel()
+		if waitAll && err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		<-done
+	}
+	rec([]Log{L, &hashLog{url: "http://x", got: map[[32]byte]bool{}}}, 4, true) // X takes 0..3
+	rec([]Log{L}, 0, true)                                                      // X dropped: "unlisted-at 4"
+	rec([]Log{L, downLog{url: "http://x"}}, 6, false)                           // X again, down: owed 4..9
+	if got := sp.Unlisted([]string{L.url}); got["http://x"] != 6 {
+		t.Errorf("X dropped again, owed leaves 4..9 on disk: Unlisted = %v, want http://x:6", got)
+	}
+}
+
+// TestSpoolMarkCut: a mark cut inside its number by a power loss
+// ("unlisted-at 1" of "unlisted-at 10", no final newline) is ignored, as a
+// cut position is: the log is counted as owed everything after its
+// cursor, not less.
+func TestSpoolMarkCut(t *testing.T) {
+	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), SegmentRecords: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	hashes := make([][32]byte, 10)
+	for i := range hashes {
+		hashes[i][0] = byte(i + 1)
+	}
+	if err := sp.append(context.Background(), artifactCode(ArtifactAttestation), time.Now(), hashes); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sp.cursorPath("http://x"), []byte("http://x\n4\nunlisted-at 1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := sp.Unlisted([]string{"http://l"}); got["http://x"] != 6 {
+		t.Errorf("cut mark: Unlisted = %v, want http://x:6 (the cut mark ignored, as a cut position is)", got)
+	}
+}

@@ -42,6 +42,16 @@ func (c *Client) startSpool() {
 	end := sp.End()
 	for _, ls := range c.logs {
 		pos, ok := sp.loadCursor(ls.url)
+		if ok && sp.cursorMarked(ls.url) {
+			// Configured again: the mark an earlier run without the log
+			// wrote no longer holds. It goes now, durably, not at the
+			// log's first delivery, which may never come in this run (the
+			// log down): a later run without it would then keep the old
+			// mark and not count what was signed in between.
+			if err := sp.saveCursorDurable(ls.url, pos); err != nil {
+				c.cfg.Logger.Warn("transparency log: spool: writing a cursor failed", "log", ls.url, "err", err)
+			}
+		}
 		if !ok {
 			pos = end
 			if err := sp.saveCursorDurable(ls.url, pos); err != nil {

@@ -418,7 +418,7 @@ func (rt *tlogRuntime) stop() {
 			for u, s := range b {
 				owed[u] = s.Rows
 			}
-			rt.log.Warn("transparency log: stopping with leaves the logs have not taken; the next start or keysvc tlog drain delivers them",
+			rt.log.Warn("transparency log: stopping with leaves the logs have not taken; the next start delivers them (keysvc tlog drain too, for a log other than the embedded one)",
 				"waited", stopFlushTimeout.String(), "owed", owed)
 		}
 		cancel()
