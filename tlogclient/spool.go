@@ -897,24 +897,17 @@ func isSpool(dir string) error {
 	return fmt.Errorf("%w %s: no %s file and no segment", ErrNotASpool, dir, spoolLockFile)
 }
 
-// otherCursor is a cursor of a log that is not configured; url is ""
-// when the file was cut inside the URL or could not be read (name says
-// which, for messages).
-type otherCursor struct {
-	name string
-	cursorFile
-}
-
-// otherCursors returns, keyed by their log's URL (or a description of the
-// file when the URL is unknown), the cursors of logs the spool has
-// cursors for that are not in configured.
-func (s *Spool) otherCursors(configured []string) map[string]otherCursor {
+// otherCursors returns the cursors the spool has for logs not in
+// configured, keyed by their log's URL, or by a description of the file
+// when the URL is unknown (the file was cut inside it, or could not be
+// read; its cursorFile's url is then "").
+func (s *Spool) otherCursors(configured []string) map[string]cursorFile {
 	ents, _ := os.ReadDir(s.dir)
 	mine := make(map[string]bool, len(configured)) // the configured logs' cursor file names
 	for _, u := range configured {
 		mine[filepath.Base(s.cursorPath(u))] = true
 	}
-	out := map[string]otherCursor{}
+	out := map[string]cursorFile{}
 	for _, e := range ents {
 		name := e.Name()
 		if !strings.HasPrefix(name, spoolCursorPrefix) || strings.HasSuffix(name, ".tmp") || mine[name] {
@@ -922,18 +915,18 @@ func (s *Spool) otherCursors(configured []string) map[string]otherCursor {
 		}
 		b, err := os.ReadFile(filepath.Join(s.dir, name))
 		if err != nil {
-			out["(cursor file "+name+": "+err.Error()+")"] = otherCursor{name: name, cursorFile: cursorFile{posOK: true}}
+			out["(cursor file "+name+": "+err.Error()+")"] = cursorFile{posOK: true}
 			continue
 		}
 		c := parseCursorFile(b)
 		if filepath.Base(s.cursorPath(c.url)) != name {
 			// Cut by a power loss inside the URL (cursors are not
 			// fsynced): the URL is unknown, the position too.
-			out["(cursor file "+name+", its URL cut)"] = otherCursor{name: name}
+			out["(cursor file "+name+", its URL cut)"] = cursorFile{}
 			continue
 		}
 		// A cut position reads as 0, as loadCursor does.
-		out[c.url] = otherCursor{name: name, cursorFile: c}
+		out[c.url] = c
 	}
 	return out
 }
