@@ -537,17 +537,15 @@ func TestSpoolSendersUnsubscribe(t *testing.T) {
 	}
 }
 
-// TestSpoolUnlisted: the leaves still on disk that logs with a cursor, but
-// not among the configured ones, have not been delivered — what a client
-// configured without them would let go (keysvc tlog drain refuses then).
-// A cursor file cut by a power loss is its log's by its file name: a
-// listed log's is not counted, an unlisted one's is owed everything.
-func TestSpoolUnlisted(t *testing.T) {
+// tenRecordSpool opens a spool of 4-record segments holding records 0..9
+// (closed at the end of the test).
+func tenRecordSpool(t *testing.T) *Spool {
+	t.Helper()
 	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), SegmentRecords: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sp.Close()
+	t.Cleanup(func() { sp.Close() })
 	hashes := make([][32]byte, 10)
 	for i := range hashes {
 		hashes[i][0] = byte(i + 1)
@@ -555,6 +553,16 @@ func TestSpoolUnlisted(t *testing.T) {
 	if err := sp.append(context.Background(), artifactCode(ArtifactAttestation), time.Now(), hashes); err != nil {
 		t.Fatal(err)
 	}
+	return sp
+}
+
+// TestSpoolUnlisted: the leaves still on disk that logs with a cursor, but
+// not among the configured ones, have not been delivered — what a client
+// configured without them would let go (keysvc tlog drain refuses then).
+// A cursor file cut by a power loss is its log's by its file name: a
+// listed log's is not counted, an unlisted one's is owed everything.
+func TestSpoolUnlisted(t *testing.T) {
+	sp := tenRecordSpool(t)
 	for u, pos := range map[string]uint64{
 		"http://listed":      0,  // configured: never counted
 		"http://listed-torn": 0,  // configured, its file cut below
@@ -809,18 +817,7 @@ func TestSpoolMarkRelistedWhileDown(t *testing.T) {
 // cut position is: the log is counted as owed everything after its
 // cursor, not less.
 func TestSpoolMarkCut(t *testing.T) {
-	sp, err := OpenSpool(SpoolOptions{Dir: t.TempDir(), SegmentRecords: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	hashes := make([][32]byte, 10)
-	for i := range hashes {
-		hashes[i][0] = byte(i + 1)
-	}
-	if err := sp.append(context.Background(), artifactCode(ArtifactAttestation), time.Now(), hashes); err != nil {
-		t.Fatal(err)
-	}
+	sp := tenRecordSpool(t)
 	if err := os.WriteFile(sp.cursorPath("http://x"), []byte("http://x\n4\nunlisted-at 1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
