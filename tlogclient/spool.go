@@ -752,18 +752,31 @@ func parseCursorFile(b []byte) cursorFile {
 // it was owed. An unlisted-at line is ignored: a log configured again is
 // delivered everything on disk after its position.
 func (s *Spool) loadCursor(logURL string) (uint64, bool) {
+	c, ok := s.readCursor(logURL)
+	return c.pos, ok
+}
+
+// readCursor is loadCursor with the whole file: the position (0 when cut)
+// and its unlisted-at mark.
+func (s *Spool) readCursor(logURL string) (cursorFile, bool) {
 	b, err := os.ReadFile(s.cursorPath(logURL))
 	if err != nil {
-		return 0, false
+		return cursorFile{}, false
 	}
 	c := parseCursorFile(b)
 	if strings.Contains(strings.TrimSpace(string(b)), "\n") && c.url != logURL {
-		return 0, false // another URL with the same file name
+		return cursorFile{}, false // another URL with the same file name
 	}
 	if !c.posOK {
-		return 0, true
+		c.pos = 0
 	}
-	return c.pos, true
+	return c, true
+}
+
+// cursorContent is a cursor file's first two lines: the log's URL and its
+// delivered position.
+func cursorContent(logURL string, pos uint64) string {
+	return logURL + "\n" + strconv.FormatUint(pos, 10) + "\n"
 }
 
 // saveCursor records a log's delivered position (write to a temporary
@@ -772,7 +785,7 @@ func (s *Spool) loadCursor(logURL string) (uint64, bool) {
 // saveCursorDurable: a lost one would read as a log never seen, started at
 // the spool's end.
 func (s *Spool) saveCursor(logURL string, pos uint64) error {
-	return s.writeCursor(logURL, logURL+"\n"+strconv.FormatUint(pos, 10)+"\n", false)
+	return s.writeCursor(logURL, cursorContent(logURL, pos), false)
 }
 
 // writeCursor replaces logURL's cursor file with content (a temporary
@@ -798,13 +811,6 @@ func (s *Spool) writeCursor(logURL, content string, durable bool) error {
 	return nil
 }
 
-// cursorMarked reports whether logURL's cursor file carries an
-// unlisted-at mark.
-func (s *Spool) cursorMarked(logURL string) bool {
-	b, err := os.ReadFile(s.cursorPath(logURL))
-	return err == nil && parseCursorFile(b).hasUnlistedAt
-}
-
 // markUnlisted writes, durably, the spool's end into the cursor file of
 // every log it has a cursor for that is not configured and has no such
 // mark yet: the leaves appended from now on are not owed to that log, so
@@ -818,7 +824,7 @@ func (s *Spool) markUnlisted(configured []string) {
 		if oc.url == "" || oc.hasUnlistedAt {
 			continue
 		}
-		content := oc.url + "\n" + strconv.FormatUint(oc.pos, 10) + "\n" + cursorUnlistedAt + strconv.FormatUint(end, 10) + "\n"
+		content := cursorContent(oc.url, oc.pos) + cursorUnlistedAt + strconv.FormatUint(end, 10) + "\n"
 		if err := s.writeCursor(oc.url, content, true); err != nil {
 			s.log.Warn("transparency log: spool: marking a cursor of a log no longer configured failed; its count includes leaves appended later", "log", oc.url, "err", err)
 		}
@@ -878,7 +884,7 @@ func (s *Spool) RewindCursor(logURL string) error {
 
 // saveCursorDurable is saveCursor with the file and its directory fsynced.
 func (s *Spool) saveCursorDurable(logURL string, pos uint64) error {
-	return s.writeCursor(logURL, logURL+"\n"+strconv.FormatUint(pos, 10)+"\n", true)
+	return s.writeCursor(logURL, cursorContent(logURL, pos), true)
 }
 
 // isSpool returns nil when dir holds a spool's LOCK file or a segment,

@@ -41,8 +41,9 @@ func (c *Client) startSpool() {
 	sp := c.cfg.Spool
 	end := sp.End()
 	for _, ls := range c.logs {
-		pos, ok := sp.loadCursor(ls.url)
-		if ok && sp.cursorMarked(ls.url) {
+		cur, ok := sp.readCursor(ls.url)
+		pos := cur.pos
+		if ok && cur.hasUnlistedAt {
 			// Configured again: the mark an earlier run without the log
 			// wrote no longer holds. It goes now, durably, not at the
 			// log's first delivery, which may never come in this run (the
@@ -71,8 +72,9 @@ func (c *Client) startSpool() {
 			c.cfg.Logger.Info("transparency log: spool: delivering leaves left by the previous run", "log", ls.url, "leaves", end-pos)
 		}
 	}
-	sp.markUnlisted(c.LogURLs())
-	for u, owed := range sp.Unlisted(c.LogURLs()) {
+	urls := c.LogURLs()
+	sp.markUnlisted(urls)
+	for u, owed := range sp.Unlisted(urls) {
 		c.cfg.Logger.Warn("transparency log: spool has leaves for a log that is no longer configured; they are not delivered and their segments are deleted once the configured logs have them",
 			"log", u, "leaves", owed)
 	}
