@@ -700,6 +700,44 @@ func TestSpoolMarkUnlisted(t *testing.T) {
 	}
 }
 
+// runOnSpool is one run of a replica on sp with logs: a client starts
+// (startSpool: cursors, marks), records n leaves, waits (up to 5 s) until
+// every log that takes leaves (*hashLog) has the whole spool, and stops.
+func runOnSpool(t *testing.T, sp *Spool, lg *slog.Logger, logs []Log, n int) {
+	t.Helper()
+	c, err := New(Config{Spool: sp, Logs: logs, Logger: lg, FlushDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for range n {
+		if err := c.Record(context.Background(), ArtifactAttestation, fmt.Sprint("leaf-", sp.End())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, l := range c.logs {
+		if _, up := l.log.(*hashLog); !up {
+			continue
+		}
+		for {
+			l.mu.Lock()
+			a := l.spool.acked
+			l.mu.Unlock()
+			if a == sp.End() {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not take the spool: acked %d of %d", l.url, a, sp.End())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
 // TestSpoolMarkStaleAfterRelisting: a log dropped (marked unlisted-at 4),
 // then configured again while it takes nothing (down, bad token…) and 6
 // more leaves are signed, then dropped again, is owed all 10, and 2 once
@@ -716,45 +754,9 @@ func TestSpoolMarkStaleAfterRelisting(t *testing.T) {
 	defer sp.Close()
 	L := &hashLog{url: "http://listed", got: map[[32]byte]bool{}}
 	X := downLog{url: "http://x"}
-	run := func(logs []Log, n int) {
-		t.Helper()
-		c, err := New(Config{Spool: sp, Logs: logs, Logger: lg, FlushDelay: time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); c.Run(ctx) }()
-		for i := 0; i < n; i++ {
-			if err := c.Record(context.Background(), ArtifactAttestation, "jws-"+time.Now().String()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		deadline := time.Now().Add(5 * time.Second)
-		for !func() bool {
-			for _, l := range c.logs {
-				if _, up := l.log.(*hashLog); up {
-					l.mu.Lock()
-					a := l.spool.acked
-					l.mu.Unlock()
-					if a != sp.End() {
-						return false
-					}
-				}
-			}
-			return true
-		}() {
-			if time.Now().After(deadline) {
-				t.Fatal("L did not take the spool")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		cancel()
-		<-done
-	}
-	run([]Log{L, X}, 4) // X owed 0..3
-	run([]Log{L}, 0)    // X dropped: marked unlisted-at 4
-	run([]Log{L, X}, 6) // X configured again, takes nothing: owed 0..9
+	runOnSpool(t, sp, lg, []Log{L, X}, 4) // X owed 0..3
+	runOnSpool(t, sp, lg, []Log{L}, 0)    // X dropped: marked unlisted-at 4
+	runOnSpool(t, sp, lg, []Log{L, X}, 6) // X configured again, takes nothing: owed 0..9
 	if b, _ := os.ReadFile(sp.cursorPath(X.url)); string(b) != "http://x\n0\n" {
 		t.Errorf("X's cursor file after the run it was configured in: %q, want the mark dropped", b)
 	}
@@ -762,7 +764,7 @@ func TestSpoolMarkStaleAfterRelisting(t *testing.T) {
 	if got, want := sp.Unlisted([]string{L.url}), map[string]uint64{X.url: 10}; !maps.Equal(got, want) {
 		t.Errorf("before the start without X: Unlisted = %v, want %v (first=%d end=%d)", got, want, sp.first.Load(), sp.End())
 	}
-	run([]Log{L}, 0) // serve's start warning and drain's refusal read this
+	runOnSpool(t, sp, lg, []Log{L}, 0) // serve's start warning and drain's refusal read this
 	if got, want := sp.Unlisted([]string{L.url}), map[string]uint64{X.url: 2}; !maps.Equal(got, want) {
 		t.Errorf("after it trimmed: Unlisted = %v, want %v (leaves 8, 9 are on disk, X never took them; first=%d end=%d)", got, want, sp.first.Load(), sp.End())
 	}
@@ -781,32 +783,9 @@ func TestSpoolMarkRelistedWhileDown(t *testing.T) {
 	}
 	defer sp.Close()
 	L := &hashLog{url: "http://listed", got: map[[32]byte]bool{}}
-	rec := func(logs []Log, n int, waitAll bool) {
-		t.Helper()
-		c, err := New(Config{Spool: sp, Logs: logs, Logger: lg, FlushDelay: time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); c.Run(ctx) }()
-		for i := 0; i < n; i++ {
-			if err := c.Record(context.Background(), ArtifactAttestation, fmt.Sprint("s", i, time.Now())); err != nil {
-				t.Fatal(err)
-			}
-		}
-		fctx, fcancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		err = c.Flush(fctx)
-		fcancel()
-		if waitAll && err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		<-done
-	}
-	rec([]Log{L, &hashLog{url: "http://x", got: map[[32]byte]bool{}}}, 4, true) // X takes 0..3
-	rec([]Log{L}, 0, true)                                                      // X dropped: "unlisted-at 4"
-	rec([]Log{L, downLog{url: "http://x"}}, 6, false)                           // X again, down: owed 4..9
+	runOnSpool(t, sp, lg, []Log{L, &hashLog{url: "http://x", got: map[[32]byte]bool{}}}, 4) // X takes 0..3
+	runOnSpool(t, sp, lg, []Log{L}, 0)                                                      // X dropped: "unlisted-at 4"
+	runOnSpool(t, sp, lg, []Log{L, downLog{url: "http://x"}}, 6)                            // X again, down: owed 4..9
 	if got := sp.Unlisted([]string{L.url}); got["http://x"] != 6 {
 		t.Errorf("X dropped again, owed leaves 4..9 on disk: Unlisted = %v, want http://x:6", got)
 	}
