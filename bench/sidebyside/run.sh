@@ -16,6 +16,12 @@
 #   JWKS_VERSIONS=20 bench/sidebyside/run.sh      # the dev key rotated first, so that its JWKS
 #       # holds 20 keys (~6.5 KiB), as after years of rotations (VRP K2)
 #   SMOKE=1 bench/sidebyside/run.sh               # 1 s, one connection, one round
+#   PIN=1 CONNS=1 PAIRS="floor-jwks jwks" bench/sidebyside/run.sh
+#       # wrk on CPU 0 and every server on CPU 1 (taskset): at one
+#       # connection this takes the kernel's thread placement out of the
+#       # ratio, which then compares the servers' work per request alone
+#       # (docs/performance.md, session 43); at 16 and 64 connections the
+#       # servers get one core, not two
 #   PAIRS="jwks jwks304" ROUNDS=10 DURATION=2s CONNS="16 64" bench/sidebyside/run.sh
 #       # two keysvc routes only, A then B in each round: mean rate and CPU
 #       # per request of each, in how many rounds B cost less than A, and
@@ -39,6 +45,12 @@ CONNS=${CONNS:-1 16 64}
 ROUNDS=${ROUNDS:-2}
 PORT_BASE=${PORT_BASE:-29100}
 if [[ -n ${SMOKE:-} ]]; then DURATION=1s CONNS=1 ROUNDS=1; fi
+# PIN=1: the load generator and the servers on CPUs of their own.
+cli_pin=() srv_pin=()
+if [[ -n ${PIN:-} ]]; then
+  (($(nproc) >= 2)) || { echo "run.sh: PIN needs two CPUs" >&2; exit 1; }
+  cli_pin=(taskset -c 0) srv_pin=(taskset -c 1)
+fi
 command -v wrk >/dev/null || { echo "run.sh: wrk is missing (apt-get install wrk)" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/sidebyside.XXXXXX)
@@ -82,14 +94,14 @@ case ${TLOG:-} in
   "") ;;
   remote)
     tlog=remote lport=$((PORT_BASE + 5))
-    "$keysvc" tlog serve --dev --data-dir "$work/tlog-data" --listen "127.0.0.1:$lport" >"$work/tlog.log" 2>&1 &
+    "${srv_pin[@]}" "$keysvc" tlog serve --dev --data-dir "$work/tlog-data" --listen "127.0.0.1:$lport" >"$work/tlog.log" 2>&1 &
     lpid=$!; pids+=("$lpid")
     wait_http "http://127.0.0.1:$lport/.well-known/vrp/log/v0.1/vkey"
     tlog_args=(--tlog-embedded=false --tlog-url "http://127.0.0.1:$lport") ;;
   *) tlog=true ;;
 esac
 [[ $tlog == remote ]] || tlog_args=(--tlog-embedded="$tlog")
-"$keysvc" serve --dev --data-dir "$work/keysvc-data" --listen "127.0.0.1:$kport" \
+"${srv_pin[@]}" "$keysvc" serve --dev --data-dir "$work/keysvc-data" --listen "127.0.0.1:$kport" \
   --rate-limit 0 --public-rate-limit 0 "${tlog_args[@]}" >"$work/keysvc.log" 2>&1 &
 kpid=$!; pids+=("$kpid")
 # JWKS_VERSIONS=N: the dev key is rotated N-1 times (keys rotate --now)
@@ -119,7 +131,7 @@ export SBS_ETAG; SBS_ETAG=$(curl -fsI "http://127.0.0.1:$kport/v1/keys/dev/jwks.
 # directory: its own dev token and key, so its own ETag.
 kbpid="" kbport=$((PORT_BASE + 4)) btoken="" betag=""
 if [[ -n ${KEYSVC_B:-} ]]; then
-  "$KEYSVC_B" serve --dev --data-dir "$work/keysvc-b-data" --listen "127.0.0.1:$kbport" \
+  "${srv_pin[@]}" "$KEYSVC_B" serve --dev --data-dir "$work/keysvc-b-data" --listen "127.0.0.1:$kbport" \
     --rate-limit 0 --public-rate-limit 0 "${tlog_args[@]}" >"$work/keysvc-b.log" 2>&1 &
   kbpid=$!; pids+=("$kbpid")
   wait_http "http://127.0.0.1:$kbport/healthz"
@@ -133,7 +145,7 @@ fi
 start_floor() { # fd port args...; sets floor_pid
   local fd=$1 port=$2; shift 2
   mkfifo "$work/floor$port"
-  "$keysvc" bench-floor --listen "127.0.0.1:$port" "$@" <"$work/floor$port" >"$work/floor$port.out" 2>&1 &
+  "${srv_pin[@]}" "$keysvc" bench-floor --listen "127.0.0.1:$port" "$@" <"$work/floor$port" >"$work/floor$port.out" 2>&1 &
   floor_pid=$!; pids+=("$floor_pid")
   eval "exec $fd>\"$work/floor$port\""
 }
@@ -147,7 +159,7 @@ fetag=$(curl -fsI "http://127.0.0.1:$jport/" | tr -d '\r' | awk -F': ' 'tolower(
 bpid=""
 if [[ -n ${BAO:-} ]]; then
   bport=$((PORT_BASE + 3))
-  "$BAO" server -dev -dev-root-token-id=root -dev-listen-address="127.0.0.1:$bport" >"$work/bao.log" 2>&1 &
+  "${srv_pin[@]}" "$BAO" server -dev -dev-root-token-id=root -dev-listen-address="127.0.0.1:$bport" >"$work/bao.log" 2>&1 &
   bpid=$!; pids+=("$bpid")
   wait_http "http://127.0.0.1:$bport/v1/sys/health"
   curl -fs -H 'X-Vault-Token: root' -X POST -d '{"type":"transit"}' "http://127.0.0.1:$bport/v1/sys/mounts/transit"
@@ -163,7 +175,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, after 
 # `echo 3 > /proc/sys/vm/drop_caches` (docs/performance.md, session 34).
 rss_kib() { awk '/^VmRSS/{r=$2} /^RssAnon/{a=$2} /^RssFile/{f=$2} END{printf "%d (anon %d, file %d)", r, a, f}' "/proc/$1/status"; }
 
-echo "# side by side, $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); payload $(wc -c <"$data/payload.json") bytes, JWS signing input $(wc -c <"$data/signing-input.txt") bytes; tlog $tlog"
+echo "# side by side, $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); payload $(wc -c <"$data/payload.json") bytes, JWS signing input $(wc -c <"$data/signing-input.txt") bytes; tlog $tlog${PIN:+; pinned: wrk on CPU 0, servers on CPU 1}"
 echo "# keysvc idle RSS $(rss_kib "$kpid") KiB"
 results=$work/results
 # With TLOG=remote, log_us/req is the log process's CPU over a keysvc run,
@@ -175,7 +187,7 @@ run() {
   local t=$((c < 2 ? 1 : 2)) c0 c1 l0=0 l1=0 out
   c0=$(cpu_ticks "$pid")
   [[ -n $lpid ]] && l0=$(cpu_ticks "$lpid")
-  out=$(env "$@" SBS_DATA="$data" SBS_LUA="$here/lua" wrk -t"$t" -c"$c" -d"$DURATION" --timeout 10s \
+  out=$(env "$@" SBS_DATA="$data" SBS_LUA="$here/lua" "${cli_pin[@]}" wrk -t"$t" -c"$c" -d"$DURATION" --timeout 10s \
     -s "$here/lua/$script" "http://127.0.0.1:$port" | grep '^RESULT') || true
   c1=$(cpu_ticks "$pid")
   [[ -n $lpid ]] && l1=$(cpu_ticks "$lpid")
@@ -262,7 +274,7 @@ fi
 # of the two: this machine's CPU per signature drifts by up to 10 % within
 # a minute, more than the difference measured.
 raw_ed25519() {
-  local raw; raw=$("$keysvc" bench-floor --raw-ed25519 "$data/signing-input.txt" | awk '{print $2}')
+  local raw; raw=$("${srv_pin[@]}" "$keysvc" bench-floor --raw-ed25519 "$data/signing-input.txt" | awk '{print $2}')
   printf '%-18s %-14s %5d %10s %10s %8s %8s %9s %9s\n' raw-ed25519 "1 goroutine" "$1" - - - - - "$raw"
   echo "raw ed25519 $1 0 0 $raw 1" >>"$results"
 }
