@@ -49,6 +49,7 @@ if [[ -n ${SMOKE:-} ]]; then DURATION=1s CONNS=1 ROUNDS=1; fi
 cli_pin=() srv_pin=()
 if [[ -n ${PIN:-} ]]; then
   (($(nproc) >= 2)) || { echo "run.sh: PIN needs two CPUs" >&2; exit 1; }
+  command -v taskset >/dev/null || { echo "run.sh: PIN needs taskset (Debian package util-linux)" >&2; exit 1; }
   cli_pin=(taskset -c 0) srv_pin=(taskset -c 1)
 fi
 command -v wrk >/dev/null || { echo "run.sh: wrk is missing (apt-get install wrk)" >&2; exit 1; }
