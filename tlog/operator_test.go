@@ -597,6 +597,48 @@ func TestArchivePagesAndConsistency(t *testing.T) {
 	}
 }
 
+// TestAuditProvesFromTesseraTiles: with the log's consistency endpoint
+// answering 503, tlogaudit builds every proof from the hash tiles Tessera
+// wrote (ADR 0045), across a completed tile (300 entries: tile 0 full,
+// tile 1 partial, a level-1 tile), and the audit passes on the real log.
+func TestAuditProvesFromTesseraTiles(t *testing.T) {
+	op, srv := startLog(t, tlog.Config{})
+	ctx := context.Background()
+	add := func(from, n int) {
+		subs := make([]tlogfmt.Submission, n)
+		for i := range subs {
+			subs[i] = tlogfmt.Submission{ArtifactType: "vrp_attestation", ArtifactHash: artifact(from + i)}
+		}
+		if _, _, err := op.Add(ctx, subs); err != nil {
+			t.Fatal(err)
+		}
+		waitProof(t, srv.URL, artifact(from+n-1))
+	}
+	add(1000, 1)
+	add(1001, 299)
+	add(1300, 1)
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == tlogfmt.PathPrefix+tlogfmt.EndpointConsistency {
+			http.Error(w, "consistency endpoint down", http.StatusServiceUnavailable)
+			return
+		}
+		srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer failing.Close()
+	opts := tlogaudit.Options{BaseURL: failing.URL, Keys: []tlogfmt.LogKey{op.Key()}}
+	rep, err := tlogaudit.Audit(ctx, opts)
+	// Trees 0, 1, 300 and 301: the proofs from 1 to 300 and 300 to 301
+	// (every tree extends the empty one without a proof).
+	if err != nil || rep.STHs != 4 || rep.TreeSize != 301 || rep.ConsistencyProofs != 2 || rep.TileProofs != 2 ||
+		rep.EndpointError != "GET "+failing.URL+tlogfmt.PathPrefix+"consistency?first=1&second=300: HTTP 503: consistency endpoint down" {
+		t.Fatalf("audit with GET consistency down: %+v %v; want both proofs built from tiles up to tree 301", rep, err)
+	}
+	direct, err := tlogaudit.Audit(ctx, tlogaudit.Options{BaseURL: srv.URL, Keys: []tlogfmt.LogKey{op.Key()}})
+	if err != nil || direct.TileProofs != 0 || direct.ConsistencyProofs != rep.ConsistencyProofs || direct.STHs != rep.STHs {
+		t.Fatalf("audit through the endpoint: %+v %v; want the same proofs, none from tiles (%+v)", direct, err, rep)
+	}
+}
+
 // TestFsckDetectsDamage: the fsck helper is not a no-op — a flipped byte in
 // an entry bundle fails it.
 func TestFsckDetectsDamage(t *testing.T) {

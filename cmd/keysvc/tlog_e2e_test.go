@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -348,6 +350,18 @@ func TestTlogAuditDetectsTampering(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "ok: ") {
 		t.Fatalf("audit of an untouched log: exit %d\n%s%s", code, out, stderr)
 	}
+	// With GET consistency failing, every proof is built from the log's
+	// hash tiles (ADR 0045): exit 0, and a warning that counts them.
+	var sths, proofs, size int
+	if _, err := fmt.Sscanf(out, "ok: %d archived STHs, %d consistency proofs verified, newest tree size %d\n", &sths, &proofs, &size); err != nil || proofs == 0 {
+		t.Fatalf("audit output %q: %v", out, err)
+	}
+	down := failingConsistency(t, srv.URL)
+	out2, stderr, code := runCLI(t, nil, "tlog", "audit", down, "--log-key", vkey)
+	warn := fmt.Sprintf("keysvc: warning: %d of the consistency proofs were built from the log's hash tiles: its consistency endpoint failed (first: GET %s%sconsistency?first=", proofs, down, tlogfmt.PathPrefix)
+	if code != 0 || out2 != out || !strings.HasPrefix(stderr, warn) || !strings.HasSuffix(stderr, ": HTTP 503: consistency endpoint down)\n") {
+		t.Fatalf("audit with GET consistency down: exit %d, want 0, %q and a warning %q...\n%s%s", code, out, warn, out2, stderr)
+	}
 	// A newest tree older than --max-tree-age (here any tree: 1 ms) is a
 	// log that stopped publishing: exit 1, STALE. (An STH's time is whole
 	// seconds rounded up, so the tree is first let age past that second.)
@@ -416,6 +430,16 @@ func TestTlogAuditDetectsTampering(t *testing.T) {
 	if code != 1 || !strings.HasPrefix(out, want) {
 		t.Fatalf("forked STH: exit %d, want 1 with %q\n%s%s", code, want, out, stderr)
 	}
+	// The log cannot hide the fork by failing that proof: it is built from
+	// the hash tiles instead, and they are the honest tree's (before ADR
+	// 0045 this exited 2, "could not run").
+	down = failingConsistency(t, srv.URL)
+	out, stderr, code = runCLI(t, nil, "tlog", "audit", down, "--log-key", vkey)
+	want = fmt.Sprintf("INCONSISTENT: archived STHs of tree sizes %d and %d are inconsistent: GET consistency failed (GET %s%sconsistency?first=%d&second=%d: HTTP 503: consistency endpoint down), and the proof built from the log's hash tiles does not verify: ",
+		prevSize, victim, down, tlogfmt.PathPrefix, prevSize, victim)
+	if code != 1 || !strings.HasPrefix(out, want) {
+		t.Fatalf("forked STH, GET consistency down: exit %d, want 1 with %q\n%s%s", code, want, out, stderr)
+	}
 	srv.stop(t)
 
 	// A broken signature on the untouched STH of the same size.
@@ -439,6 +463,26 @@ func TestTlogAuditDetectsTampering(t *testing.T) {
 	}
 	srv.stop(t)
 	tlogtest.Fsck(t, dir, vkey)
+}
+
+// failingConsistency serves target's log through a proxy whose GET
+// consistency answers 503, as a log hiding a fork would; its URL.
+func failingConsistency(t *testing.T, target string) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	p := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == tlogfmt.PathPrefix+tlogfmt.EndpointConsistency {
+			http.Error(w, "consistency endpoint down", http.StatusServiceUnavailable)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.Close)
+	return p.URL
 }
 
 func flip(s string) string {

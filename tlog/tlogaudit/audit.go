@@ -4,8 +4,12 @@
 // and name the same tree, tree sizes must grow and timestamps must not go
 // back, and each STH must be consistent with the next one (RFC 9162
 // §2.1.4 consistency proofs from GET consistency, checked with
-// github.com/transparency-dev/merkle). The newest GET sth must be in the
-// archive and, with Options.MaxAge, no older than that (a frozen log).
+// github.com/transparency-dev/merkle). When GET consistency fails (5xx, a
+// timeout, a broken answer), the proof is built from the log's C2SP
+// tlog-tiles hash tiles instead (github.com/transparency-dev/tessera/client),
+// so a log cannot hide a fork by failing exactly the proofs that would
+// show it (ADR 0045). The newest GET sth must be in the archive and, with
+// Options.MaxAge, no older than that (a frozen log).
 package tlogaudit
 
 import (
@@ -24,6 +28,7 @@ import (
 
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
+	"github.com/transparency-dev/tessera/client"
 
 	"github.com/keysvc/keysvc/internal/sameorigin"
 	"github.com/keysvc/keysvc/tlog/tlogfmt"
@@ -63,6 +68,12 @@ type Report struct {
 	RootHash []byte
 	// ConsistencyProofs is how many consistency proofs verified.
 	ConsistencyProofs int
+	// TileProofs is how many of them were built from the log's hash
+	// tiles because GET consistency failed, and EndpointError the first
+	// such failure ("" when there was none): the history checks out, but
+	// the log's proof endpoint does not work for its clients.
+	TileProofs    int
+	EndpointError string
 }
 
 // Inconsistency is the first archived STH (or pair of them) that does not
@@ -124,11 +135,9 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 				return rep, err
 			}
 			if prev != nil {
-				n, err := checkPair(ctx, opts, base, *prev, *cur)
-				if err != nil {
+				if err := checkPair(ctx, opts, base, *prev, *cur, &rep); err != nil {
 					return rep, err
 				}
-				rep.ConsistencyProofs += n
 			}
 			prev = cur
 			rep.STHs++
@@ -180,17 +189,13 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 		// binds that head to the audited history is a consistency proof
 		// up to the newest tree the scan verified (no timestamp order:
 		// a republished checkpoint of an older tree may be signed later).
-		n, err := proveConsistency(ctx, opts, base, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}, *prev)
-		if err != nil {
+		if err := proveConsistency(ctx, opts, base, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}, *prev, &rep); err != nil {
 			return rep, err
 		}
-		rep.ConsistencyProofs += n
 	default:
-		n, err := checkPair(ctx, opts, base, *prev, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp})
-		if err != nil {
+		if err := checkPair(ctx, opts, base, *prev, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}, &rep); err != nil {
 			return rep, err
 		}
-		rep.ConsistencyProofs += n
 	}
 	var cos []tlogfmt.Cosignature
 	if opts.WitnessesRequired > 0 {
@@ -257,27 +262,29 @@ func checkOne(a tlogfmt.ArchivedSTH, keys []tlogfmt.LogKey) (*checked, error) {
 	return &checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}, nil
 }
 
-// checkPair checks that b extends a; it returns how many consistency
-// proofs it verified (0 or 1).
-func checkPair(ctx context.Context, opts Options, base string, a, b checked) (int, error) {
-	bad := func(format string, args ...any) (int, error) {
-		return 0, &Inconsistency{First: int64(a.size), Second: int64(b.size), Reason: fmt.Sprintf(format, args...)}
-	}
+// checkPair checks that b extends a, counting the proof it verifies in
+// rep.
+func checkPair(ctx context.Context, opts Options, base string, a, b checked, rep *Report) error {
 	if b.size <= a.size {
-		return bad("tree sizes do not grow")
+		return &Inconsistency{First: int64(a.size), Second: int64(b.size), Reason: "tree sizes do not grow"}
 	}
 	if b.ts.Before(a.ts) {
-		return bad("the larger tree's STH timestamp %s is before the smaller's %s", b.ts.Format(time.RFC3339), a.ts.Format(time.RFC3339))
+		return &Inconsistency{First: int64(a.size), Second: int64(b.size),
+			Reason: fmt.Sprintf("the larger tree's STH timestamp %s is before the smaller's %s", b.ts.Format(time.RFC3339), a.ts.Format(time.RFC3339))}
 	}
-	return proveConsistency(ctx, opts, base, a, b)
+	return proveConsistency(ctx, opts, base, a, b, rep)
 }
 
 // proveConsistency fetches and verifies the consistency proof from a to b
-// (RFC 9162 §2.1.4; b.size > a.size); it returns how many proofs it
-// verified (0 when a is the empty tree, whose root it checks instead).
-func proveConsistency(ctx context.Context, opts Options, base string, a, b checked) (int, error) {
-	bad := func(format string, args ...any) (int, error) {
-		return 0, &Inconsistency{First: int64(a.size), Second: int64(b.size), Reason: fmt.Sprintf(format, args...)}
+// (RFC 9162 §2.1.4; b.size > a.size) and counts it in rep (nothing when a
+// is the empty tree, whose root it checks instead). A 4xx answer is the
+// log refusing a proof between two trees it signed: an Inconsistency. Any
+// other failure of GET consistency (5xx, a timeout, a malformed answer)
+// falls back to a proof built from the log's hash tiles (tileProof); the
+// audit could not run only when those cannot be read either.
+func proveConsistency(ctx context.Context, opts Options, base string, a, b checked, rep *Report) error {
+	bad := func(format string, args ...any) error {
+		return &Inconsistency{First: int64(a.size), Second: int64(b.size), Reason: fmt.Sprintf(format, args...)}
 	}
 	if b.size <= a.size {
 		return bad("tree sizes do not grow")
@@ -288,32 +295,93 @@ func proveConsistency(ctx context.Context, opts Options, base string, a, b check
 		if !bytes.Equal(a.root, rfc6962.DefaultHasher.EmptyRoot()) {
 			return bad("the empty tree's root is not SHA-256 of the empty string")
 		}
-		return 0, nil
+		return nil
+	}
+	path, err := endpointProof(ctx, opts, base, a, b)
+	var inc *Inconsistency
+	switch {
+	case errors.As(err, &inc):
+		return err
+	case err != nil && ctx.Err() != nil:
+		return err
+	case err != nil:
+		tiles, terr := tileProof(ctx, opts, a, b)
+		if terr != nil {
+			return fmt.Errorf("%w (and the log's hash tiles could not be read to build the proof: %v)", err, terr)
+		}
+		if verr := proof.VerifyConsistency(rfc6962.DefaultHasher, a.size, b.size, tiles, a.root, b.root); verr != nil {
+			return bad("GET consistency failed (%v), and the proof built from the log's hash tiles does not verify: %v", err, verr)
+		}
+		if rep.EndpointError == "" {
+			rep.EndpointError = err.Error()
+		}
+		rep.TileProofs++
+		rep.ConsistencyProofs++
+		return nil
+	}
+	if err := proof.VerifyConsistency(rfc6962.DefaultHasher, a.size, b.size, path, a.root, b.root); err != nil {
+		return bad("consistency proof does not verify: %v", err)
+	}
+	rep.ConsistencyProofs++
+	return nil
+}
+
+// endpointProof asks GET consistency for the proof from a to b. Errors: an
+// *Inconsistency when the log refuses it (4xx) or answers a proof for
+// other sizes; any other error when the answer is not a proof.
+func endpointProof(ctx context.Context, opts Options, base string, a, b checked) ([][]byte, error) {
+	bad := func(format string, args ...any) error {
+		return &Inconsistency{First: int64(a.size), Second: int64(b.size), Reason: fmt.Sprintf(format, args...)}
 	}
 	u := fmt.Sprintf("%s%s?first=%d&second=%d", base, tlogfmt.EndpointConsistency, a.size, b.size)
 	var cr tlogfmt.ConsistencyResponse
 	if err := getJSON(ctx, opts.Client, u, &cr); err != nil {
 		var he *httpError
 		if errors.As(err, &he) && he.status < 500 {
-			return bad("the log serves no consistency proof: %v", err)
+			return nil, bad("the log serves no consistency proof: %v", err)
 		}
-		return 0, err
+		return nil, err
 	}
 	if cr.First != a.size || cr.Second != b.size {
-		return bad("the log answered a proof for sizes %d and %d", cr.First, cr.Second)
+		return nil, bad("the log answered a proof for sizes %d and %d", cr.First, cr.Second)
 	}
 	path := make([][]byte, len(cr.ConsistencyProof))
 	for i, s := range cr.ConsistencyProof {
 		h, err := base64.RawURLEncoding.DecodeString(s)
 		if err != nil || len(h) != tlogfmt.HashSize {
-			return bad("consistency proof hash %d is malformed", i)
+			return nil, fmt.Errorf("GET %s: consistency proof hash %d is malformed", u, i)
 		}
 		path[i] = h
 	}
-	if err := proof.VerifyConsistency(rfc6962.DefaultHasher, a.size, b.size, path, a.root, b.root); err != nil {
-		return bad("consistency proof does not verify: %v", err)
+	return path, nil
+}
+
+// maxTileBytes bounds one hash tile: 256 hashes of 32 bytes (C2SP
+// tlog-tiles).
+const maxTileBytes = 256 * 32
+
+// tileProof builds the consistency proof from a to b out of the log's
+// hash tiles (C2SP tlog-tiles, /tile/<L>/<N>[.p/<W>] at the log's root;
+// a partial tile of tree b falls back to the full tile, which holds the
+// same hashes): the nodes RFC 9162 §2.1.4 names, as the log's data holds
+// them. The tiles are not trusted: the caller verifies the proof against
+// both signed roots.
+func tileProof(ctx context.Context, opts Options, a, b checked) ([][]byte, error) {
+	root, err := url.Parse(strings.TrimSuffix(opts.BaseURL, "/") + "/")
+	if err != nil {
+		return nil, err
 	}
-	return 1, nil
+	bounded := *opts.Client
+	bounded.Transport = limitedBodies{next: opts.Client.Transport, limit: maxTileBytes}
+	f, err := client.NewHTTPFetcher(root, &bounded)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := client.NewProofBuilder(ctx, b.size, f.ReadTile)
+	if err != nil {
+		return nil, err
+	}
+	return pb.ConsistencyProof(ctx, a.size, b.size)
 }
 
 type httpError struct {

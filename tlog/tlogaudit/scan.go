@@ -390,13 +390,13 @@ func (t limitedBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = &limitedBody{rc: resp.Body, left: t.limit}
+	resp.Body = &limitedBody{rc: resp.Body, left: t.limit, limit: t.limit}
 	return resp, nil
 }
 
 type limitedBody struct {
-	rc   io.ReadCloser
-	left int64
+	rc          io.ReadCloser
+	left, limit int64
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -408,7 +408,7 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.left -= int64(n)
 	if b.left < 0 {
-		return 0, errors.New("tlogaudit: response larger than an entry bundle can be")
+		return 0, fmt.Errorf("tlogaudit: response larger than %d bytes (the most an entry bundle or hash tile can be)", b.limit)
 	}
 	return n, err
 }
