@@ -26,9 +26,10 @@ func newTlogAuditCmd() *cobra.Command {
 checkpoint verifies under --log-key, names the same tree, tree sizes grow,
 timestamps never go back, and each STH is consistent with the next (RFC
 9162 consistency proofs, verified here; when the log's consistency endpoint
-fails with a 5xx, a timeout or a broken answer, the proof is built from
-its hash tiles, /tile/..., instead, so a log cannot hide a fork by failing
-just the proofs that would show it). The log's current STH must extend
+fails, with any status, a timeout or an answer that is not the proof, the
+proof is built from its hash tiles, /tile/..., instead, so a log cannot
+hide a fork by failing just the proofs that would show it). The log's
+current STH must extend
 the archive. With --witnesses-required K, the newest checkpoint must carry
 K valid cosignatures from --witness-key (the published checkpoint, GET sth),
 counted by public key: a cosignature line does not sign the witness's name,
@@ -103,7 +104,7 @@ audit could not run (the log did not answer, --deadline passed, or
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "ok: %d archived STHs, %d consistency proofs verified, newest tree size %d\n", rep.STHs, rep.ConsistencyProofs, rep.TreeSize)
 			if rep.TileProofs > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: warning: %d of the consistency proofs were built from the log's hash tiles: its consistency endpoint failed (first: %s)\n", rep.TileProofs, rep.EndpointError)
+				fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: warning: %d of the consistency proofs were built from the log's hash tiles: its consistency endpoint failed (first: %q)\n", rep.TileProofs, rep.EndpointError)
 			}
 			return nil
 		},

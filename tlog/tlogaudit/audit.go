@@ -4,11 +4,13 @@
 // and name the same tree, tree sizes must grow and timestamps must not go
 // back, and each STH must be consistent with the next one (RFC 9162
 // §2.1.4 consistency proofs from GET consistency, checked with
-// github.com/transparency-dev/merkle). When GET consistency fails (5xx, a
-// timeout, a broken answer), the proof is built from the log's C2SP
-// tlog-tiles hash tiles instead (github.com/transparency-dev/tessera/client),
-// so a log cannot hide a fork by failing exactly the proofs that would
-// show it (ADR 0045). The newest GET sth must be in the archive and, with
+// github.com/transparency-dev/merkle). When GET consistency fails (any
+// status, a timeout, an answer that is not the proof), the proof is built
+// from the log's C2SP tlog-tiles hash tiles instead
+// (github.com/transparency-dev/tessera/client): only the signed roots and
+// the log's data decide, so a log cannot hide a fork by failing exactly
+// the proofs that would show it, and an honest log holding signed trees
+// back is not taken for a forked one (ADR 0045). The newest GET sth must be in the archive and, with
 // Options.MaxAge, no older than that (a frozen log).
 package tlogaudit
 
@@ -20,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -70,8 +73,9 @@ type Report struct {
 	ConsistencyProofs int
 	// TileProofs is how many of them were built from the log's hash
 	// tiles because GET consistency failed, and EndpointError the first
-	// such failure ("" when there was none): the history checks out, but
-	// the log's proof endpoint does not work for its clients.
+	// such failure ("" when there was none; its text may quote the log's
+	// answer): the history checks out, but the log's proof endpoint did
+	// not serve these proofs.
 	TileProofs    int
 	EndpointError string
 }
@@ -118,6 +122,7 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	}
 	base := strings.TrimSuffix(opts.BaseURL, "/") + tlogfmt.PathPrefix
 	var rep Report
+	pr := &prover{opts: opts, base: base, rep: &rep}
 	var prev *checked
 	after := ""
 	for {
@@ -135,7 +140,7 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 				return rep, err
 			}
 			if prev != nil {
-				if err := checkPair(ctx, opts, base, *prev, *cur, &rep); err != nil {
+				if err := pr.checkPair(ctx, *prev, *cur); err != nil {
 					return rep, err
 				}
 			}
@@ -189,11 +194,11 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 		// binds that head to the audited history is a consistency proof
 		// up to the newest tree the scan verified (no timestamp order:
 		// a republished checkpoint of an older tree may be signed later).
-		if err := proveConsistency(ctx, opts, base, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}, *prev, &rep); err != nil {
+		if err := pr.proveConsistency(ctx, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}, *prev); err != nil {
 			return rep, err
 		}
 	default:
-		if err := checkPair(ctx, opts, base, *prev, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}, &rep); err != nil {
+		if err := pr.checkPair(ctx, *prev, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}); err != nil {
 			return rep, err
 		}
 	}
@@ -262,9 +267,21 @@ func checkOne(a tlogfmt.ArchivedSTH, keys []tlogfmt.LogKey) (*checked, error) {
 	return &checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}, nil
 }
 
+// prover proves that one tree extends another for one audit.
+type prover struct {
+	opts Options
+	base string // opts.BaseURL + tlogfmt.PathPrefix
+	rep  *Report
+	// down is GET consistency's first outage in this audit (a transport
+	// error, a timeout, a 5xx): later proofs are built from the tiles at
+	// once, so that an endpoint that hangs costs one --timeout, not one
+	// per pair.
+	down error
+}
+
 // checkPair checks that b extends a, counting the proof it verifies in
-// rep.
-func checkPair(ctx context.Context, opts Options, base string, a, b checked, rep *Report) error {
+// p.rep.
+func (p *prover) checkPair(ctx context.Context, a, b checked) error {
 	if b.size <= a.size {
 		return &Inconsistency{First: int64(a.size), Second: int64(b.size), Reason: "tree sizes do not grow"}
 	}
@@ -272,17 +289,20 @@ func checkPair(ctx context.Context, opts Options, base string, a, b checked, rep
 		return &Inconsistency{First: int64(a.size), Second: int64(b.size),
 			Reason: fmt.Sprintf("the larger tree's STH timestamp %s is before the smaller's %s", b.ts.Format(time.RFC3339), a.ts.Format(time.RFC3339))}
 	}
-	return proveConsistency(ctx, opts, base, a, b, rep)
+	return p.proveConsistency(ctx, a, b)
 }
 
-// proveConsistency fetches and verifies the consistency proof from a to b
-// (RFC 9162 §2.1.4; b.size > a.size) and counts it in rep (nothing when a
-// is the empty tree, whose root it checks instead). A 4xx answer is the
-// log refusing a proof between two trees it signed: an Inconsistency. Any
-// other failure of GET consistency (5xx, a timeout, a malformed answer)
-// falls back to a proof built from the log's hash tiles (tileProof); the
-// audit could not run only when those cannot be read either.
-func proveConsistency(ctx context.Context, opts Options, base string, a, b checked, rep *Report) error {
+// proveConsistency proves that b extends a (RFC 9162 §2.1.4; b.size >
+// a.size) with the log's own proof (GET consistency) or, when that fails,
+// with one built from its hash tiles (tileProof, ADR 0045), and counts it
+// in p.rep (nothing when a is the empty tree, whose root it checks
+// instead). Only the two signed roots and the log's data decide: an
+// answer that is not a proof (a status, a timeout, a proof for other
+// sizes) says nothing about them, and a proof for these sizes that does
+// not verify is an Inconsistency only when the tiles do not show the pair
+// consistent. Errors: an *Inconsistency when the log is at fault; any
+// other error when neither the endpoint nor the tiles gave a proof.
+func (p *prover) proveConsistency(ctx context.Context, a, b checked) error {
 	bad := func(format string, args ...any) error {
 		return &Inconsistency{First: int64(a.size), Second: int64(b.size), Reason: fmt.Sprintf(format, args...)}
 	}
@@ -297,63 +317,86 @@ func proveConsistency(ctx context.Context, opts Options, base string, a, b check
 		}
 		return nil
 	}
-	path, err := endpointProof(ctx, opts, base, a, b)
-	var inc *Inconsistency
+	failed, served := p.down, false
+	if failed == nil {
+		served, failed = p.endpointProof(ctx, a, b)
+		if failed == nil {
+			p.rep.ConsistencyProofs++
+			return nil
+		}
+		if ctx.Err() != nil {
+			return failed
+		}
+		if outage(failed) {
+			p.down = failed
+		}
+	}
+	why := failed.Error() // the log's proof, malformed or not verifying
+	if !served {
+		why = fmt.Sprintf("GET consistency failed (%v)", failed)
+	}
+	path, err := p.tileProof(ctx, a, b)
 	switch {
-	case errors.As(err, &inc):
-		return err
-	case err != nil && ctx.Err() != nil:
-		return err
+	case err != nil && served:
+		return bad("%s, and the log's hash tiles could not be read to check it: %v", why, err)
 	case err != nil:
-		tiles, terr := tileProof(ctx, opts, a, b)
-		if terr != nil {
-			return fmt.Errorf("%w (and the log's hash tiles could not be read to build the proof: %v)", err, terr)
-		}
-		if verr := proof.VerifyConsistency(rfc6962.DefaultHasher, a.size, b.size, tiles, a.root, b.root); verr != nil {
-			return bad("GET consistency failed (%v), and the proof built from the log's hash tiles does not verify: %v", err, verr)
-		}
-		if rep.EndpointError == "" {
-			rep.EndpointError = err.Error()
-		}
-		rep.TileProofs++
-		rep.ConsistencyProofs++
-		return nil
+		return fmt.Errorf("%s, and the log's hash tiles could not be read to build the proof: %v", why, err)
 	}
 	if err := proof.VerifyConsistency(rfc6962.DefaultHasher, a.size, b.size, path, a.root, b.root); err != nil {
-		return bad("consistency proof does not verify: %v", err)
+		return bad("%s, and the proof built from the log's hash tiles does not verify: %v", why, err)
 	}
-	rep.ConsistencyProofs++
+	if p.rep.EndpointError == "" {
+		p.rep.EndpointError = failed.Error()
+	}
+	p.rep.TileProofs++
+	p.rep.ConsistencyProofs++
 	return nil
 }
 
-// endpointProof asks GET consistency for the proof from a to b. Errors: an
-// *Inconsistency when the log refuses it (4xx) or answers a proof for
-// other sizes; any other error when the answer is not a proof.
-func endpointProof(ctx context.Context, opts Options, base string, a, b checked) ([][]byte, error) {
-	bad := func(format string, args ...any) error {
-		return &Inconsistency{First: int64(a.size), Second: int64(b.size), Reason: fmt.Sprintf(format, args...)}
+// outage reports whether err is GET consistency not answering at all: a
+// transport error or timeout, or a 5xx.
+func outage(err error) bool {
+	var he *httpError
+	if errors.As(err, &he) {
+		return he.status >= 500
 	}
-	u := fmt.Sprintf("%s%s?first=%d&second=%d", base, tlogfmt.EndpointConsistency, a.size, b.size)
+	var ue *url.Error
+	var ne net.Error
+	return errors.As(err, &ue) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// maxConsistencyBytes bounds a GET consistency answer: a proof holds at
+// most 2×64 hashes of 43 base64url characters.
+const maxConsistencyBytes = 64 << 10
+
+// endpointProof asks GET consistency for the proof from a to b and
+// verifies it against both roots. On failure, served reports whether the
+// log answered a proof for these sizes that is malformed or does not
+// verify (the log's own data failing), as against no usable answer: a
+// transport error, a timeout, a non-200 status, a body that is not a
+// consistency response, or a proof for other sizes (a cache that ignores
+// the query string).
+func (p *prover) endpointProof(ctx context.Context, a, b checked) (served bool, err error) {
+	u := fmt.Sprintf("%s%s?first=%d&second=%d", p.base, tlogfmt.EndpointConsistency, a.size, b.size)
 	var cr tlogfmt.ConsistencyResponse
-	if err := getJSON(ctx, opts.Client, u, &cr); err != nil {
-		var he *httpError
-		if errors.As(err, &he) && he.status < 500 {
-			return nil, bad("the log serves no consistency proof: %v", err)
-		}
-		return nil, err
+	if err := getJSONLimit(ctx, p.opts.Client, u, &cr, maxConsistencyBytes); err != nil {
+		return false, err
 	}
 	if cr.First != a.size || cr.Second != b.size {
-		return nil, bad("the log answered a proof for sizes %d and %d", cr.First, cr.Second)
+		return false, fmt.Errorf("GET %s: the log answered a proof for sizes %d and %d", u, cr.First, cr.Second)
 	}
 	path := make([][]byte, len(cr.ConsistencyProof))
 	for i, s := range cr.ConsistencyProof {
 		h, err := base64.RawURLEncoding.DecodeString(s)
 		if err != nil || len(h) != tlogfmt.HashSize {
-			return nil, fmt.Errorf("GET %s: consistency proof hash %d is malformed", u, i)
+			return true, fmt.Errorf("consistency proof hash %d is malformed", i)
 		}
 		path[i] = h
 	}
-	return path, nil
+	if err := proof.VerifyConsistency(rfc6962.DefaultHasher, a.size, b.size, path, a.root, b.root); err != nil {
+		return true, fmt.Errorf("consistency proof does not verify: %v", err)
+	}
+	return false, nil
 }
 
 // maxTileBytes bounds one hash tile: 256 hashes of 32 bytes (C2SP
@@ -366,13 +409,13 @@ const maxTileBytes = 256 * 32
 // same hashes): the nodes RFC 9162 §2.1.4 names, as the log's data holds
 // them. The tiles are not trusted: the caller verifies the proof against
 // both signed roots.
-func tileProof(ctx context.Context, opts Options, a, b checked) ([][]byte, error) {
-	root, err := url.Parse(strings.TrimSuffix(opts.BaseURL, "/") + "/")
+func (p *prover) tileProof(ctx context.Context, a, b checked) ([][]byte, error) {
+	root, err := url.Parse(strings.TrimSuffix(p.opts.BaseURL, "/") + "/")
 	if err != nil {
 		return nil, err
 	}
-	bounded := *opts.Client
-	bounded.Transport = limitedBodies{next: opts.Client.Transport, limit: maxTileBytes}
+	bounded := *p.opts.Client
+	bounded.Transport = limitedBodies{next: p.opts.Client.Transport, limit: maxTileBytes}
 	f, err := client.NewHTTPFetcher(root, &bounded)
 	if err != nil {
 		return nil, err
@@ -398,6 +441,11 @@ func (e *httpError) Error() string {
 const maxResponseBytes = 64 << 20
 
 func getJSON(ctx context.Context, c *http.Client, u string, v any) error {
+	return getJSONLimit(ctx, c, u, v, maxResponseBytes)
+}
+
+// getJSONLimit is getJSON for an answer of at most limit bytes.
+func getJSONLimit(ctx context.Context, c *http.Client, u string, v any, limit int64) error {
 	if _, err := url.Parse(u); err != nil {
 		return err
 	}
@@ -410,12 +458,15 @@ func getJSON(ctx context.Context, c *http.Client, u string, v any) error {
 		return err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
 		return &httpError{url: u, status: resp.StatusCode, body: strings.TrimSpace(string(body[:min(len(body), 300)]))}
+	}
+	if int64(len(body)) > limit {
+		return fmt.Errorf("GET %s: answer larger than %d bytes", u, limit)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("GET %s: %w", u, err)

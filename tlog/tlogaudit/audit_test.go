@@ -387,8 +387,9 @@ func TestAuditConsistencyFromTiles(t *testing.T) {
 		})
 	}
 
-	// The log signed tree 2 over a rewritten entry 1, then tree 3 over the
-	// honest entries, and answers 503 for the proof from 2 to 3.
+	// The log signed tree 2 over a rewritten entry 1 and tree 3 over the
+	// honest entries, and answers 503 for every proof: the one from 1 to 2
+	// shows the fork.
 	fork := testonly.New(rfc6962.DefaultHasher)
 	fork.AppendData(leaf(0), leaf(99))
 	forked := []tlogfmt.ArchivedSTH{heads[0], signedHead(t, 2, fork.Hash(), t0.Add(time.Minute)), heads[2]}

@@ -390,6 +390,16 @@ func (t limitedBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	if resp.StatusCode != http.StatusOK {
+		// Tessera's HTTPFetcher reads only a 200's body and never closes
+		// another's (a 404 for a partial tile or bundle its log has
+		// cleaned up is routine): read a little of it and close it here,
+		// so that the connection goes back to the pool.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
+		resp.Body = http.NoBody
+		return resp, nil
+	}
 	resp.Body = &limitedBody{rc: resp.Body, left: t.limit, limit: t.limit}
 	return resp, nil
 }

@@ -1,0 +1,288 @@
+package tlogaudit
+
+// ADR 0045: proofs built from the log's hash tiles when GET consistency
+// fails. These tests came from an attack review of its first version
+// (session 44); each failed on it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/transparency-dev/merkle/rfc6962"
+	"github.com/transparency-dev/merkle/testonly"
+
+	"github.com/keysvc/keysvc/tlog/tlogfmt"
+)
+
+// fallbackLog is an in-process log of n leaves whose archive holds an STH
+// for each of sizes, with a GET consistency handler chosen by the test
+// and level-0 hash tile 0 served as tile(width) decides.
+type fallbackLog struct {
+	tree        *testonly.Tree
+	archive     []tlogfmt.ArchivedSTH
+	consistency http.HandlerFunc
+	// tile answers /tile/0/000 (width 256) and /tile/0/000.p/<width>.
+	tile   func(w http.ResponseWriter, r *http.Request, width uint64)
+	conns  atomic.Int64
+	asked  atomic.Int64 // GET consistency requests, when the test counts them
+	srvURL string
+}
+
+func newFallbackLog(t *testing.T, n int, sizes []uint64) *fallbackLog {
+	t.Helper()
+	l := &fallbackLog{tree: testonly.New(rfc6962.DefaultHasher)}
+	for i := range n {
+		l.tree.AppendData(leaf(i))
+	}
+	t0 := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	for i, s := range sizes {
+		l.archive = append(l.archive, signedHead(t, s, l.tree.HashAt(s), t0.Add(time.Duration(i)*time.Second)))
+	}
+	return l
+}
+
+// honestTile writes the first width leaf hashes of tile 0.
+func (l *fallbackLog) honestTile(w http.ResponseWriter, width uint64) {
+	for i := range width {
+		_, _ = w.Write(l.tree.LeafHash(i))
+	}
+}
+
+func (l *fallbackLog) start(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		switch p := r.URL.Path; {
+		case p == tlogfmt.PathPrefix+tlogfmt.EndpointSTH:
+			cur := l.archive[len(l.archive)-1]
+			fmt.Fprintf(w, `{"sth":%q,"checkpoint":%q}`, cur.STH, cur.Checkpoint)
+		case p == tlogfmt.PathPrefix+tlogfmt.EndpointArchive:
+			after, err := strconv.ParseInt(q.Get("after"), 10, 64)
+			if err != nil {
+				after = -1
+			}
+			var page tlogfmt.ArchiveResponse
+			for _, a := range l.archive {
+				if int64(a.TreeSize) > after {
+					page.STHs = append(page.STHs, a)
+				}
+			}
+			writeJSONForTest(w, page)
+		case p == tlogfmt.PathPrefix+tlogfmt.EndpointConsistency:
+			if l.consistency != nil {
+				l.consistency(w, r)
+				return
+			}
+			serveConsistency(w, r, l.tree)
+		case p == "/tile/0/000":
+			l.tile(w, r, 256)
+		case strings.HasPrefix(p, "/tile/0/000.p/"):
+			width, err := strconv.ParseUint(strings.TrimPrefix(p, "/tile/0/000.p/"), 10, 8)
+			if err != nil {
+				http.NotFound(w, r)
+				return
+			}
+			l.tile(w, r, width)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			l.conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	l.srvURL = srv.URL
+	return srv.URL
+}
+
+func writeJSONForTest(w http.ResponseWriter, v tlogfmt.ArchiveResponse) {
+	var b strings.Builder
+	b.WriteString(`{"sths":[`)
+	for i, a := range v.STHs {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"tree_size":%d,"sth":%q,"checkpoint":%q}`, a.TreeSize, a.STH, a.Checkpoint)
+	}
+	b.WriteString(`],"next":null}`)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+func sizes(from, to uint64) []uint64 {
+	var s []uint64
+	for i := from; i <= to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+func down503(w http.ResponseWriter, r *http.Request) {
+	http.Error(w, "consistency endpoint down", http.StatusServiceUnavailable)
+}
+
+// TestAuditTileFallbackReusesConnections: tessera's HTTPFetcher never
+// closes the body of a non-200 answer, and every partial tile the log has
+// cleaned up (a 404, routine on an honest Tessera log once the tile has
+// filled) stranded one connection and its transport goroutines.
+// limitedBodies now closes those bodies itself: 60 proofs from tiles
+// whose partials are all gone reuse a handful of connections.
+func TestAuditTileFallbackReusesConnections(t *testing.T) {
+	const pairs = 60
+	l := newFallbackLog(t, 256, sizes(1, pairs+1))
+	l.consistency = down503
+	l.tile = func(w http.ResponseWriter, r *http.Request, width uint64) {
+		if width != 256 { // Tessera GC'd the partials once tile 0 filled
+			http.NotFound(w, r)
+			return
+		}
+		l.honestTile(w, 256)
+	}
+	u := l.start(t)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+	rep, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}, Client: client})
+	if err != nil || rep.TileProofs != pairs {
+		t.Fatalf("Audit: %+v %v; want %d proofs from tiles (the full tile holds the GC'd partial's hashes)", rep, err, pairs)
+	}
+	if n := l.conns.Load(); n > 5 {
+		t.Fatalf("the audit opened %d connections to the log for %d tile-built proofs: each 404 partial tile leaves its response body open and its connection stranded", n, pairs)
+	}
+}
+
+// TestAuditHungEndpointAskedOnce: a GET consistency that hangs costs the
+// audit one --timeout, not one per pair: after its first outage the
+// endpoint is not asked again and every later proof comes from the tiles.
+// The first version asked it for every pair and, with the defaults (30 s,
+// --deadline 1h), gave up on any archive past 120 STHs. Scaled down: 40
+// pairs at a 100 ms timeout inside a 2 s deadline.
+func TestAuditHungEndpointAskedOnce(t *testing.T) {
+	const pairs = 40
+	l := newFallbackLog(t, 200, sizes(1, pairs+1))
+	l.consistency = func(w http.ResponseWriter, r *http.Request) { l.asked.Add(1); <-r.Context().Done() }
+	l.tile = func(w http.ResponseWriter, r *http.Request, width uint64) {
+		if width > l.tree.Size() {
+			http.NotFound(w, r)
+			return
+		}
+		l.honestTile(w, width)
+	}
+	u := l.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	rep, err := Audit(ctx, Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}, Client: &http.Client{Timeout: 100 * time.Millisecond}})
+	if err != nil || rep.TileProofs != pairs || rep.ConsistencyProofs != pairs || !strings.Contains(rep.EndpointError, "Client.Timeout exceeded") || l.asked.Load() != 1 {
+		t.Fatalf("Audit with a hung consistency endpoint and readable tiles: %+v %v after %s, endpoint asked %d times; want %d proofs from tiles, the endpoint asked once", rep, err, time.Since(start).Round(time.Millisecond), l.asked.Load(), pairs)
+	}
+}
+
+// TestAuditDamagedTileCouldNotRun: a tile that cannot be a hash tile (one
+// hash short of its width, or torn mid-hash) holds no tree to prove
+// anything with: the audit could not run (exit 2), naming the endpoint's
+// failure and the tile's. Tiles that are well formed but hold other
+// hashes than the signed roots are an Inconsistency (TestAuditConsistencyFromTiles).
+func TestAuditDamagedTileCouldNotRun(t *testing.T) {
+	for name, damage := range map[string]func(b []byte) []byte{
+		"one hash short":      func(b []byte) []byte { return b[:len(b)-32] },
+		"torn (not 32-bytes)": func(b []byte) []byte { return b[:len(b)-7] },
+	} {
+		want := map[string]string{"one hash short": "require leaf nodes [1, 2) but only got 1 leaves", "torn (not 32-bytes)": "57 is not a multiple of 32"}[name]
+		t.Run(name, func(t *testing.T) {
+			l := newFallbackLog(t, 3, []uint64{1, 2, 3})
+			l.consistency = down503
+			l.tile = func(w http.ResponseWriter, r *http.Request, width uint64) {
+				if width > l.tree.Size() {
+					http.NotFound(w, r)
+					return
+				}
+				var b []byte
+				for i := range width {
+					b = append(b, l.tree.LeafHash(i)...)
+				}
+				_, _ = w.Write(damage(b))
+			}
+			u := l.start(t)
+			_, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
+			var inc *Inconsistency
+			prefix := "GET consistency failed (GET " + u + tlogfmt.PathPrefix + "consistency?first=1&second=2: HTTP 503: consistency endpoint down), and the log's hash tiles could not be read to build the proof: "
+			if err == nil || errors.As(err, &inc) || !strings.HasPrefix(err.Error(), prefix) || !strings.HasSuffix(err.Error(), want) {
+				t.Fatalf("Audit with a damaged hash tile: %v; want an error that is not an Inconsistency, %q…%q", err, prefix, want)
+			}
+		})
+	}
+}
+
+// TestAuditMalformedProofWithoutTiles: a proof the log serves for the
+// sizes asked, malformed or not verifying, is the log's own data failing;
+// with no tiles to show the pair consistent it stays an Inconsistency
+// (exit 1), as before ADR 0045. (Its first version made it exit 2.)
+func TestAuditMalformedProofWithoutTiles(t *testing.T) {
+	l := newFallbackLog(t, 3, []uint64{1, 2, 3})
+	l.consistency = func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		fmt.Fprintf(w, `{"log_id":%q,"first":%s,"second":%s,"consistency_proof":["@@"]}`, hostileOrigin, q.Get("first"), q.Get("second"))
+	}
+	l.tile = func(w http.ResponseWriter, r *http.Request, _ uint64) { http.NotFound(w, r) }
+	_, err := Audit(context.Background(), Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
+	var inc *Inconsistency
+	if !errors.As(err, &inc) || inc.First != 1 || inc.Second != 2 ||
+		!strings.HasPrefix(inc.Reason, "consistency proof hash 0 is malformed, and the log's hash tiles could not be read to check it: ") {
+		t.Fatalf("Audit of a log without tiles answering a malformed proof: %v; want an Inconsistency between trees 1 and 2", err)
+	}
+}
+
+// TestAuditEndpointAnswersAreNotEvidence: only the signed roots and the
+// log's data decide. A 4xx (429 from a rate limiter; 400 from a keysvc log
+// for a tree it signed but has not published yet), a proof for other
+// sizes (a cache that ignores the query) or a proof of the wrong length
+// says nothing against a pair whose tiles prove it consistent: exit 0,
+// every proof from tiles. The first version of ADR 0045 reported each as
+// INCONSISTENT.
+func TestAuditEndpointAnswersAreNotEvidence(t *testing.T) {
+	for name, h := range map[string]http.HandlerFunc{
+		"429": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "rate limited", http.StatusTooManyRequests)
+		},
+		"proof for other sizes (cached)": func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `{"log_id":%q,"first":2,"second":3,"consistency_proof":[]}`, hostileOrigin)
+		},
+		"wrong length": func(w http.ResponseWriter, r *http.Request) {
+			q := r.URL.Query()
+			fmt.Fprintf(w, `{"log_id":%q,"first":%s,"second":%s,"consistency_proof":[]}`, hostileOrigin, q.Get("first"), q.Get("second"))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := newFallbackLog(t, 3, []uint64{1, 2, 3})
+			l.consistency = h
+			l.tile = func(w http.ResponseWriter, r *http.Request, width uint64) {
+				if width > l.tree.Size() {
+					http.NotFound(w, r)
+					return
+				}
+				l.honestTile(w, width)
+			}
+			u := l.start(t)
+			rep, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
+			want := map[string]string{
+				"429":                            "GET " + u + tlogfmt.PathPrefix + "consistency?first=1&second=2: HTTP 429: rate limited",
+				"proof for other sizes (cached)": "GET " + u + tlogfmt.PathPrefix + "consistency?first=1&second=2: the log answered a proof for sizes 2 and 3",
+				"wrong length":                   "consistency proof does not verify: empty proof",
+			}[name]
+			if err != nil || rep.ConsistencyProofs != 2 || rep.TileProofs != 2 || rep.EndpointError != want {
+				t.Fatalf("a pair the log's tiles prove consistent: %+v %v; want exit 0, both proofs from tiles, EndpointError %q", rep, err, want)
+			}
+		})
+	}
+}
