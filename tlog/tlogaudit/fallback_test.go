@@ -57,6 +57,15 @@ func (l *fallbackLog) honestTile(w http.ResponseWriter, width uint64) {
 	}
 }
 
+// honestTiles serves tile 0 of the log's tree at width, 404 past its size.
+func (l *fallbackLog) honestTiles(w http.ResponseWriter, r *http.Request, width uint64) {
+	if width > l.tree.Size() {
+		http.NotFound(w, r)
+		return
+	}
+	l.honestTile(w, width)
+}
+
 func (l *fallbackLog) start(t *testing.T) string {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -170,13 +179,7 @@ func TestAuditHungEndpointAskedOnce(t *testing.T) {
 	const pairs = 40
 	l := newFallbackLog(t, 200, sizes(1, pairs+1))
 	l.consistency = func(w http.ResponseWriter, r *http.Request) { l.asked.Add(1); <-r.Context().Done() }
-	l.tile = func(w http.ResponseWriter, r *http.Request, width uint64) {
-		if width > l.tree.Size() {
-			http.NotFound(w, r)
-			return
-		}
-		l.honestTile(w, width)
-	}
+	l.tile = l.honestTiles
 	u := l.start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -266,13 +269,7 @@ func TestAuditEndpointAnswersAreNotEvidence(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l := newFallbackLog(t, 3, []uint64{1, 2, 3})
 			l.consistency = h
-			l.tile = func(w http.ResponseWriter, r *http.Request, width uint64) {
-				if width > l.tree.Size() {
-					http.NotFound(w, r)
-					return
-				}
-				l.honestTile(w, width)
-			}
+			l.tile = l.honestTiles
 			u := l.start(t)
 			rep, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
 			want := map[string]string{
