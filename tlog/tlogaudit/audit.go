@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -272,10 +271,11 @@ type prover struct {
 	opts Options
 	base string // opts.BaseURL + tlogfmt.PathPrefix
 	rep  *Report
-	// down is GET consistency's first outage in this audit (a transport
-	// error, a timeout, a 5xx): later proofs are built from the tiles at
-	// once, so that an endpoint that hangs costs one --timeout, not one
-	// per pair.
+	// down is GET consistency's first failure in this audit: later
+	// proofs are built from the tiles at once, so that an endpoint that
+	// hangs, or refuses each proof just inside --timeout, costs one
+	// --timeout, not one per pair (and cannot hold the audit past
+	// --deadline before it reaches a forked pair).
 	down error
 }
 
@@ -317,8 +317,12 @@ func (p *prover) proveConsistency(ctx context.Context, a, b checked) error {
 		}
 		return nil
 	}
-	failed, served := p.down, false
-	if failed == nil {
+	var why string
+	served := false
+	if p.down != nil {
+		why = fmt.Sprintf("GET consistency not asked (it failed earlier in this audit: %v)", p.down)
+	} else {
+		var failed error
 		served, failed = p.endpointProof(ctx, a, b)
 		if failed == nil {
 			p.rep.ConsistencyProofs++
@@ -327,42 +331,28 @@ func (p *prover) proveConsistency(ctx context.Context, a, b checked) error {
 		if ctx.Err() != nil {
 			return failed
 		}
-		if outage(failed) {
-			p.down = failed
+		p.down = failed
+		why = failed.Error() // the log's proof, malformed or not verifying
+		if !served {
+			why = fmt.Sprintf("GET consistency failed (%v)", failed)
 		}
-	}
-	why := failed.Error() // the log's proof, malformed or not verifying
-	if !served {
-		why = fmt.Sprintf("GET consistency failed (%v)", failed)
 	}
 	path, err := p.tileProof(ctx, a, b)
 	switch {
 	case err != nil && served:
 		return bad("%s, and the log's hash tiles could not be read to check it: %v", why, err)
 	case err != nil:
-		return fmt.Errorf("%s, and the log's hash tiles could not be read to build the proof: %v", why, err)
+		return fmt.Errorf("tree sizes %d and %d: %s, and the log's hash tiles could not be read to build the proof: %v", a.size, b.size, why, err)
 	}
 	if err := proof.VerifyConsistency(rfc6962.DefaultHasher, a.size, b.size, path, a.root, b.root); err != nil {
 		return bad("%s, and the proof built from the log's hash tiles does not verify: %v", why, err)
 	}
 	if p.rep.EndpointError == "" {
-		p.rep.EndpointError = failed.Error()
+		p.rep.EndpointError = p.down.Error()
 	}
 	p.rep.TileProofs++
 	p.rep.ConsistencyProofs++
 	return nil
-}
-
-// outage reports whether err is GET consistency not answering at all: a
-// transport error or timeout, or a 5xx.
-func outage(err error) bool {
-	var he *httpError
-	if errors.As(err, &he) {
-		return he.status >= 500
-	}
-	var ue *url.Error
-	var ne net.Error
-	return errors.As(err, &ue) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // maxConsistencyBytes bounds a GET consistency answer: a proof holds at

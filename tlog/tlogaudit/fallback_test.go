@@ -218,7 +218,7 @@ func TestAuditDamagedTileCouldNotRun(t *testing.T) {
 			u := l.start(t)
 			_, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
 			var inc *Inconsistency
-			prefix := "GET consistency failed (GET " + u + tlogfmt.PathPrefix + "consistency?first=1&second=2: HTTP 503: consistency endpoint down), and the log's hash tiles could not be read to build the proof: "
+			prefix := "tree sizes 1 and 2: GET consistency failed (GET " + u + tlogfmt.PathPrefix + "consistency?first=1&second=2: HTTP 503: consistency endpoint down), and the log's hash tiles could not be read to build the proof: "
 			if err == nil || errors.As(err, &inc) || !strings.HasPrefix(err.Error(), prefix) || !strings.HasSuffix(err.Error(), want) {
 				t.Fatalf("Audit with a damaged hash tile: %v; want an error that is not an Inconsistency, %q…%q", err, prefix, want)
 			}
@@ -282,4 +282,76 @@ func TestAuditEndpointAnswersAreNotEvidence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAuditSlowRefusingEndpointAskedOnce: an endpoint that refuses each
+// proof just inside --timeout (here a 400 after 90 ms of a 100 ms
+// timeout) is asked once too: after any failure every later pair comes
+// from the tiles, so a log serving its tiles promptly cannot hold the
+// audit past --deadline before it reaches a forked pair. (From a second
+// attack review, session 44: the version that remembered only outages
+// checked 22 of 40 pairs before the 2 s deadline.)
+func TestAuditSlowRefusingEndpointAskedOnce(t *testing.T) {
+	const pairs = 40
+	l := newFallbackLog(t, 200, sizes(1, pairs+1))
+	l.consistency = func(w http.ResponseWriter, r *http.Request) {
+		l.asked.Add(1)
+		select {
+		case <-time.After(90 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		http.Error(w, "need 0 < first <= second <= the newest published tree size", http.StatusBadRequest)
+	}
+	l.tile = l.honestTiles
+	u := l.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rep, err := Audit(ctx, Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}, Client: &http.Client{Timeout: 100 * time.Millisecond}})
+	if err != nil || rep.TileProofs != pairs || l.asked.Load() != 1 ||
+		rep.EndpointError != "GET "+u+tlogfmt.PathPrefix+"consistency?first=1&second=2: HTTP 400: need 0 < first <= second <= the newest published tree size" {
+		t.Fatalf("Audit with an endpoint refusing slowly, tiles readable: %+v %v, endpoint asked %d times; want %d proofs from tiles, the endpoint asked once", rep, err, l.asked.Load(), pairs)
+	}
+}
+
+// TestAuditFailureNamesItsOwnPair: after the endpoint's first failure,
+// a later pair's verdict says it was not asked and quotes that failure as
+// an earlier one, and an error that is not an Inconsistency names its own
+// pair; neither passes another pair's request off as this pair's. (From
+// the second attack review, session 44.)
+func TestAuditFailureNamesItsOwnPair(t *testing.T) {
+	earlier := func(u string) string {
+		return "GET consistency not asked (it failed earlier in this audit: GET " + u + tlogfmt.PathPrefix + "consistency?first=1&second=2: HTTP 503: consistency endpoint down)"
+	}
+	t.Run("fork at the second pair, exit 1", func(t *testing.T) {
+		l := newFallbackLog(t, 3, []uint64{1, 2, 3})
+		fork := testonly.New(rfc6962.DefaultHasher)
+		fork.AppendData(leaf(0), leaf(1), leaf(99))
+		l.archive[2] = signedHead(t, 3, fork.Hash(), time.Date(2026, 12, 6, 1, 0, 2, 0, time.UTC))
+		l.consistency, l.tile = down503, l.honestTiles
+		u := l.start(t)
+		_, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
+		var inc *Inconsistency
+		if !errors.As(err, &inc) || inc.First != 2 || inc.Second != 3 ||
+			!strings.HasPrefix(inc.Reason, earlier(u)+", and the proof built from the log's hash tiles does not verify: ") {
+			t.Fatalf("Audit: %v; want an Inconsistency between trees 2 and 3 that says the endpoint was not asked for them", err)
+		}
+	})
+	t.Run("tiles missing for the second pair, exit 2", func(t *testing.T) {
+		l := newFallbackLog(t, 3, []uint64{1, 2, 3})
+		l.consistency = down503
+		l.tile = func(w http.ResponseWriter, r *http.Request, width uint64) {
+			if width > 2 { // the tile for tree 3 is gone
+				http.NotFound(w, r)
+				return
+			}
+			l.honestTile(w, width)
+		}
+		u := l.start(t)
+		_, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
+		var inc *Inconsistency
+		if err == nil || errors.As(err, &inc) || !strings.HasPrefix(err.Error(), "tree sizes 2 and 3: "+earlier(u)+", and the log's hash tiles could not be read to build the proof: ") {
+			t.Fatalf("Audit without a tile for tree 3: %v; want an error naming trees 2 and 3", err)
+		}
+	})
 }
