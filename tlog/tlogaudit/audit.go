@@ -10,8 +10,9 @@
 // (github.com/transparency-dev/tessera/client): only the signed roots and
 // the log's data decide, so a log cannot hide a fork by failing exactly
 // the proofs that would show it, and an honest log holding signed trees
-// back is not taken for a forked one (ADR 0045). The newest GET sth must be in the archive and, with
-// Options.MaxAge, no older than that (a frozen log).
+// back is not taken for a forked one (ADR 0045). The newest GET sth must
+// be in the archive and, with Options.MaxAge, no older than that (a frozen
+// log).
 package tlogaudit
 
 import (
