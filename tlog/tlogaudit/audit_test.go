@@ -85,12 +85,6 @@ type hostileLog struct {
 	tree     *testonly.Tree        // consistency proofs; its leaves, the one bundle
 	leaves   [][]byte
 	requests atomic.Int64
-	// consistency, when set, answers GET consistency instead of tree.
-	consistency http.HandlerFunc
-	// tiles, when set, serves the level-0 hash tile 0 of its leaves
-	// (/tile/0/000 and /tile/0/000.p/<W>); otherwise tiles are 404.
-	tiles      *testonly.Tree
-	startedURL string
 }
 
 func (h *hostileLog) start(t *testing.T) string {
@@ -114,31 +108,8 @@ func (h *hostileLog) start(t *testing.T) string {
 			}
 			_ = json.NewEncoder(w).Encode(page)
 		case tlogfmt.PathPrefix + tlogfmt.EndpointConsistency:
-			if h.consistency != nil {
-				h.consistency(w, r)
-				return
-			}
 			serveConsistency(w, r, h.tree)
 		default:
-			if w0, ok := strings.CutPrefix(r.URL.Path, "/tile/0/000"); ok && h.tiles != nil {
-				width := uint64(256)
-				if w0 != "" {
-					n, err := strconv.ParseUint(strings.TrimPrefix(w0, ".p/"), 10, 8)
-					if err != nil || !strings.HasPrefix(w0, ".p/") {
-						http.NotFound(w, r)
-						return
-					}
-					width = n
-				}
-				if width > h.tiles.Size() {
-					http.NotFound(w, r)
-					return
-				}
-				for i := range width {
-					_, _ = w.Write(h.tiles.LeafHash(i))
-				}
-				return
-			}
 			if strings.HasPrefix(r.URL.Path, "/tile/entries/") {
 				var b []byte
 				for _, e := range h.leaves {
@@ -151,7 +122,6 @@ func (h *hostileLog) start(t *testing.T) string {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	h.startedURL = srv.URL
 	return srv.URL
 }
 
@@ -356,31 +326,22 @@ func TestWitnessesRequiredRange(t *testing.T) {
 // 0045 the audit gave up ("could not run", exit 2) and a monitor read an
 // outage where the log had forked.
 func TestAuditConsistencyFromTiles(t *testing.T) {
-	t0 := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
 	failing := map[string]http.HandlerFunc{
-		"503": func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, "busy", http.StatusServiceUnavailable)
-		},
+		"503": down503,
 		"not a proof": func(w http.ResponseWriter, r *http.Request) {
 			q := r.URL.Query()
 			fmt.Fprintf(w, `{"log_id":%q,"first":%s,"second":%s,"consistency_proof":["@@"]}`, hostileOrigin, q.Get("first"), q.Get("second"))
 		},
 	}
-	honest := newHostileLog(leaf(0), leaf(1), leaf(2))
-	heads := []tlogfmt.ArchivedSTH{
-		signedHead(t, 1, honest.tree.HashAt(1), t0),
-		signedHead(t, 2, honest.tree.HashAt(2), t0.Add(time.Minute)),
-		signedHead(t, 3, honest.tree.HashAt(3), t0.Add(2*time.Minute)),
-	}
 	for name, fail := range failing {
 		t.Run("honest, consistency "+name, func(t *testing.T) {
-			h := newHostileLog(leaf(0), leaf(1), leaf(2))
-			h.archive, h.current, h.consistency, h.tiles = heads, heads[2], fail, h.tree
-			rep, err := Audit(context.Background(), Options{BaseURL: h.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
+			l := newFallbackLog(t, 3, []uint64{1, 2, 3})
+			l.consistency, l.tile = fail, l.honestTiles
+			rep, err := Audit(context.Background(), Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
 			if err != nil || rep.STHs != 3 || rep.ConsistencyProofs != 2 || rep.TileProofs != 2 || rep.TreeSize != 3 {
 				t.Fatalf("Audit: %+v %v; want 3 STHs, both proofs built from tiles", rep, err)
 			}
-			want := map[string]string{"503": "HTTP 503: busy", "not a proof": "consistency proof hash 0 is malformed"}[name]
+			want := map[string]string{"503": "HTTP 503: consistency endpoint down", "not a proof": "consistency proof hash 0 is malformed"}[name]
 			if !strings.Contains(rep.EndpointError, want) {
 				t.Fatalf("EndpointError %q, want it to name %q", rep.EndpointError, want)
 			}
@@ -392,21 +353,22 @@ func TestAuditConsistencyFromTiles(t *testing.T) {
 	// shows the fork.
 	fork := testonly.New(rfc6962.DefaultHasher)
 	fork.AppendData(leaf(0), leaf(99))
-	forked := []tlogfmt.ArchivedSTH{heads[0], signedHead(t, 2, fork.Hash(), t0.Add(time.Minute)), heads[2]}
-	h := newHostileLog(leaf(0), leaf(1), leaf(2))
-	h.archive, h.current, h.consistency, h.tiles = forked, forked[2], failing["503"], h.tree
-	_, err := Audit(context.Background(), Options{BaseURL: h.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
+	l := newFallbackLog(t, 3, []uint64{1, 2, 3})
+	l.archive[1] = signedHead(t, 2, fork.Hash(), time.Date(2026, 12, 6, 1, 0, 1, 0, time.UTC)) // newFallbackLog's time for it
+	l.consistency, l.tile = down503, l.honestTiles
+	u := l.start(t)
+	_, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
 	var inc *Inconsistency
 	if !errors.As(err, &inc) || inc.First != 1 || inc.Second != 2 ||
-		!strings.Contains(err.Error(), "GET consistency failed (GET "+h.startedURL+tlogfmt.PathPrefix+"consistency?first=1&second=2: HTTP 503: busy), and the proof built from the log's hash tiles does not verify") {
+		!strings.Contains(err.Error(), "GET consistency failed (GET "+u+tlogfmt.PathPrefix+"consistency?first=1&second=2: HTTP 503: consistency endpoint down), and the proof built from the log's hash tiles does not verify") {
 		t.Fatalf("Audit of a forked log failing the proof: %v; want an Inconsistency between trees 1 and 2 from the tiles", err)
 	}
 
 	// No tiles either: the audit could not run, and says both.
-	h = newHostileLog(leaf(0), leaf(1), leaf(2))
-	h.archive, h.current, h.consistency = heads, heads[2], failing["503"]
-	_, err = Audit(context.Background(), Options{BaseURL: h.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
-	if err == nil || errors.As(err, &inc) || !strings.Contains(err.Error(), "HTTP 503: busy") || !strings.Contains(err.Error(), "the log's hash tiles could not be read to build the proof") {
+	l = newFallbackLog(t, 3, []uint64{1, 2, 3})
+	l.consistency, l.tile = down503, func(w http.ResponseWriter, r *http.Request, _ uint64) { http.NotFound(w, r) }
+	_, err = Audit(context.Background(), Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
+	if err == nil || errors.As(err, &inc) || !strings.Contains(err.Error(), "HTTP 503: consistency endpoint down") || !strings.Contains(err.Error(), "the log's hash tiles could not be read to build the proof") {
 		t.Fatalf("Audit with neither proofs nor tiles: %v; want an error that is not an Inconsistency", err)
 	}
 }
