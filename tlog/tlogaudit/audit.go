@@ -278,6 +278,8 @@ type prover struct {
 	// --timeout, not one per pair (and cannot hold the audit past
 	// --deadline before it reaches a forked pair).
 	down error
+	// tiles reads the log's hash tiles (tileProof), made at first use.
+	tiles *client.HTTPFetcher
 }
 
 // checkPair checks that b extends a, counting the proof it verifies in
@@ -401,17 +403,18 @@ const maxTileBytes = 256 * 32
 // them. The tiles are not trusted: the caller verifies the proof against
 // both signed roots.
 func (p *prover) tileProof(ctx context.Context, a, b checked) ([][]byte, error) {
-	root, err := url.Parse(strings.TrimSuffix(p.opts.BaseURL, "/") + "/")
-	if err != nil {
-		return nil, err
+	if p.tiles == nil {
+		root, err := url.Parse(strings.TrimSuffix(p.opts.BaseURL, "/") + "/")
+		if err != nil {
+			return nil, err
+		}
+		bounded := *p.opts.Client
+		bounded.Transport = limitedBodies{next: p.opts.Client.Transport, limit: maxTileBytes}
+		if p.tiles, err = client.NewHTTPFetcher(root, &bounded); err != nil {
+			return nil, err
+		}
 	}
-	bounded := *p.opts.Client
-	bounded.Transport = limitedBodies{next: p.opts.Client.Transport, limit: maxTileBytes}
-	f, err := client.NewHTTPFetcher(root, &bounded)
-	if err != nil {
-		return nil, err
-	}
-	pb, err := client.NewProofBuilder(ctx, b.size, f.ReadTile)
+	pb, err := client.NewProofBuilder(ctx, b.size, p.tiles.ReadTile)
 	if err != nil {
 		return nil, err
 	}
