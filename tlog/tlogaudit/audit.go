@@ -404,15 +404,11 @@ const maxTileBytes = 256 * 32
 // both signed roots.
 func (p *prover) tileProof(ctx context.Context, a, b checked) ([][]byte, error) {
 	if p.tiles == nil {
-		root, err := url.Parse(strings.TrimSuffix(p.opts.BaseURL, "/") + "/")
+		f, err := newFetcher(strings.TrimSuffix(p.opts.BaseURL, "/"), p.opts.Client, maxTileBytes)
 		if err != nil {
 			return nil, err
 		}
-		bounded := *p.opts.Client
-		bounded.Transport = limitedBodies{next: p.opts.Client.Transport, limit: maxTileBytes}
-		if p.tiles, err = client.NewHTTPFetcher(root, &bounded); err != nil {
-			return nil, err
-		}
+		p.tiles = f
 	}
 	pb, err := client.NewProofBuilder(ctx, b.size, p.tiles.ReadTile)
 	if err != nil {

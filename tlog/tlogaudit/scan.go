@@ -187,13 +187,7 @@ func Scan(ctx context.Context, opts ScanOptions) (*Scanned, error) {
 	// Stop the bundle fetches still in flight when the scan ends early.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	root, err := url.Parse(base + "/")
-	if err != nil {
-		return nil, err
-	}
-	bounded := *opts.Client
-	bounded.Transport = limitedBodies{next: opts.Client.Transport, limit: maxBundleBytes}
-	f, err := client.NewHTTPFetcher(root, &bounded)
+	f, err := newFetcher(base, opts.Client, maxBundleBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -371,6 +365,19 @@ func unbundle(b []byte) ([][]byte, error) {
 		return nil, err
 	}
 	return eb.Entries, nil
+}
+
+// newFetcher returns a Tessera fetcher of the C2SP tlog-tiles resources
+// (tiles, entry bundles) of the log at base (its root URL, no trailing
+// slash) through c, every 200 body cut at limit bytes (limitedBodies).
+func newFetcher(base string, c *http.Client, limit int64) (*client.HTTPFetcher, error) {
+	root, err := url.Parse(base + "/")
+	if err != nil {
+		return nil, err
+	}
+	bounded := *c
+	bounded.Transport = limitedBodies{next: c.Transport, limit: limit}
+	return client.NewHTTPFetcher(root, &bounded)
 }
 
 // limitedBodies is an http.RoundTripper that cuts every response body
