@@ -28,7 +28,10 @@ timestamps never go back, and each STH is consistent with the next (RFC
 9162 consistency proofs, verified here; when the log's consistency endpoint
 fails, with any status, a timeout or an answer that is not the proof, the
 proof is built from its hash tiles, /tile/..., instead, so a log cannot
-hide a fork by failing just the proofs that would show it). The log's
+hide a fork by failing just the proofs that would show it). A warning on
+stderr counts such proofs for trees the log had published (GET sth, read
+first); its endpoint's refusals for trees signed but not yet published
+are routine and not warned about. The log's
 current STH must extend
 the archive. With --witnesses-required K, the newest checkpoint must carry
 K valid cosignatures from --witness-key (the published checkpoint, GET sth),
@@ -104,7 +107,7 @@ audit could not run (the log did not answer, --deadline passed, or
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "ok: %d archived STHs, %d consistency proofs verified, newest tree size %d\n", rep.STHs, rep.ConsistencyProofs, rep.TreeSize)
 			if rep.TileProofs > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: warning: %d of the consistency proofs were built from the log's hash tiles: its consistency endpoint failed (first: %q)\n", rep.TileProofs, rep.EndpointError)
+				fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: warning: %d of the consistency proofs were built from the log's hash tiles: its consistency endpoint failed for trees it had published (first: %q)\n", rep.TileProofs, rep.EndpointError)
 			}
 			return nil
 		},

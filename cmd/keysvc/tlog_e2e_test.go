@@ -358,7 +358,7 @@ func TestTlogAuditDetectsTampering(t *testing.T) {
 	}
 	down := failingConsistency(t, srv.URL)
 	out2, stderr, code := runCLI(t, nil, "tlog", "audit", down, "--log-key", vkey)
-	warn := fmt.Sprintf("keysvc: warning: %d of the consistency proofs were built from the log's hash tiles: its consistency endpoint failed (first: \"GET %s%sconsistency?first=", proofs, down, tlogfmt.PathPrefix)
+	warn := fmt.Sprintf("keysvc: warning: %d of the consistency proofs were built from the log's hash tiles: its consistency endpoint failed for trees it had published (first: \"GET %s%sconsistency?first=", proofs, down, tlogfmt.PathPrefix)
 	if code != 0 || out2 != out || !strings.HasPrefix(stderr, warn) || !strings.HasSuffix(stderr, `: HTTP 503: consistency endpoint down")`+"\n") {
 		t.Fatalf("audit with GET consistency down: exit %d, want 0, %q and a warning %q...\n%s%s", code, out, warn, out2, stderr)
 	}

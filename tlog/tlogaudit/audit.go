@@ -10,7 +10,12 @@
 // (github.com/transparency-dev/tessera/client): only the signed roots and
 // the log's data decide, so a log cannot hide a fork by failing exactly
 // the proofs that would show it, and an honest log holding signed trees
-// back is not taken for a forked one (ADR 0045). The newest GET sth must
+// back is not taken for a forked one (ADR 0045). A proof from the tiles
+// for a tree above the one GET sth published when the audit began is
+// counted apart (Report.UnpublishedProofs): the log's GET consistency
+// serves published trees only, so its refusal there is routine, and
+// Report.TileProofs counts only the proofs it failed to serve for trees
+// it had published. The newest GET sth must
 // be in the archive and, with Options.MaxAge, no older than that (a frozen
 // log).
 package tlogaudit
@@ -23,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -78,6 +84,14 @@ type Report struct {
 	// not serve these proofs.
 	TileProofs    int
 	EndpointError string
+	// UnpublishedProofs is how many of them were built from the hash
+	// tiles, GET consistency having failed, for a larger tree above the
+	// newest one GET sth published when the audit began: a log signs and
+	// archives a tree before it publishes it (after its witnesses
+	// cosign), and serves consistency proofs only up to the published
+	// one. Routine on a log taking writes or waiting for a witness; not
+	// counted in TileProofs, nor its failure in EndpointError.
+	UnpublishedProofs int
 }
 
 // Inconsistency is the first archived STH (or pair of them) that does not
@@ -122,7 +136,7 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	}
 	base := strings.TrimSuffix(opts.BaseURL, "/") + tlogfmt.PathPrefix
 	var rep Report
-	pr := &prover{opts: opts, base: base, rep: &rep}
+	pr := &prover{opts: opts, base: base, rep: &rep, published: publishedSize(ctx, opts, base)}
 	var prev *checked
 	after := ""
 	for {
@@ -221,6 +235,31 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	return rep, nil
 }
 
+// publishedSize returns the size of the tree GET sth publishes, when its
+// STH verifies under opts.Keys and its checkpoint names the same tree;
+// math.MaxUint64 (unknown) on any failure. It only sorts the proofs built
+// from tiles into Report.UnpublishedProofs and Report.TileProofs; no
+// verdict rests on it. The GET sth the audit checks is read again after
+// the archive.
+func publishedSize(ctx context.Context, opts Options, base string) uint64 {
+	var latest tlogfmt.STHResponse
+	if err := getJSONLimit(ctx, opts.Client, base+tlogfmt.EndpointSTH, &latest, maxSTHBytes); err != nil {
+		return math.MaxUint64
+	}
+	sth, key, err := tlogfmt.VerifySTH(latest.STH, opts.Keys)
+	if err != nil {
+		return math.MaxUint64
+	}
+	if cp, err := tlogfmt.VerifyCheckpoint(latest.Checkpoint, key); err != nil || cp.TreeSize != sth.TreeSize {
+		return math.MaxUint64
+	}
+	return sth.TreeSize
+}
+
+// maxSTHBytes bounds the GET sth answer publishedSize reads: an STH and a
+// checkpoint with its cosignatures.
+const maxSTHBytes = 64 << 10
+
 // archived checks that the archive holds a tree of sth's size with sth's
 // root (GET sth/archive?after=size-1&limit=1: the archive is ordered by
 // tree size, one STH per size).
@@ -280,6 +319,9 @@ type prover struct {
 	down error
 	// tiles reads the log's hash tiles (tileProof), made at first use.
 	tiles *client.HTTPFetcher
+	// published is the tree size GET sth published when the audit began
+	// (publishedSize).
+	published uint64
 }
 
 // checkPair checks that b extends a, counting the proof it verifies in
@@ -299,7 +341,8 @@ func (p *prover) checkPair(ctx context.Context, a, b checked) error {
 // a.size) with the log's own proof (GET consistency) or, when that fails,
 // with one built from its hash tiles (tileProof, ADR 0045), and counts it
 // in p.rep (nothing when a is the empty tree, whose root it checks
-// instead). Only the two signed roots and the log's data decide: an
+// instead; a proof from tiles for a tree above p.published in
+// UnpublishedProofs, else in TileProofs). Only the two signed roots and the log's data decide: an
 // answer that is not a proof (a status, a timeout, a proof for other
 // sizes) says nothing about them, and a proof for these sizes that does
 // not verify is an Inconsistency only when the tiles do not show the pair
@@ -350,11 +393,18 @@ func (p *prover) proveConsistency(ctx context.Context, a, b checked) error {
 	if err := proof.VerifyConsistency(rfc6962.DefaultHasher, a.size, b.size, path, a.root, b.root); err != nil {
 		return bad("%s, and the proof built from the log's hash tiles does not verify: %v", why, err)
 	}
+	p.rep.ConsistencyProofs++
+	if b.size > p.published {
+		// The log had not published tree b when the audit began, and
+		// its endpoint serves proofs up to its published tree only: a
+		// refusal here is routine and says nothing of the endpoint.
+		p.rep.UnpublishedProofs++
+		return nil
+	}
 	if p.rep.EndpointError == "" {
 		p.rep.EndpointError = p.down.Error()
 	}
 	p.rep.TileProofs++
-	p.rep.ConsistencyProofs++
 	return nil
 }
 

@@ -35,6 +35,8 @@ type fallbackLog struct {
 	conns  atomic.Int64
 	asked  atomic.Int64 // GET consistency requests, when the test counts them
 	srvURL string
+	// published is the archived STH GET sth serves (nil: the newest).
+	published *tlogfmt.ArchivedSTH
 }
 
 func newFallbackLog(t *testing.T, n int, sizes []uint64) *fallbackLog {
@@ -73,6 +75,9 @@ func (l *fallbackLog) start(t *testing.T) string {
 		switch p := r.URL.Path; {
 		case p == tlogfmt.PathPrefix+tlogfmt.EndpointSTH:
 			cur := l.archive[len(l.archive)-1]
+			if l.published != nil {
+				cur = *l.published
+			}
 			fmt.Fprintf(w, `{"sth":%q,"checkpoint":%q}`, cur.STH, cur.Checkpoint)
 		case p == tlogfmt.PathPrefix+tlogfmt.EndpointArchive:
 			after, err := strconv.ParseInt(q.Get("after"), 10, 64)
@@ -352,6 +357,68 @@ func TestAuditFailureNamesItsOwnPair(t *testing.T) {
 		var inc *Inconsistency
 		if err == nil || errors.As(err, &inc) || !strings.HasPrefix(err.Error(), "tree sizes 2 and 3: "+earlier(u)+", and the log's hash tiles could not be read to build the proof: ") {
 			t.Fatalf("Audit without a tile for tree 3: %v; want an error naming trees 2 and 3", err)
+		}
+	})
+}
+
+// publishedOnly answers GET consistency as a keysvc log does: honest
+// proofs up to the tree GET sth publishes, 400 above it (a tree signed
+// and archived, not yet published: a publication tick, a witness
+// outage). It counts the requests.
+func (l *fallbackLog) publishedOnly(w http.ResponseWriter, r *http.Request) {
+	l.asked.Add(1)
+	if second, _ := strconv.ParseUint(r.URL.Query().Get("second"), 10, 64); second > l.published.TreeSize {
+		http.Error(w, "need 0 < first <= second <= the newest published tree size", http.StatusBadRequest)
+		return
+	}
+	serveConsistency(w, r, l.tree)
+}
+
+// TestAuditUnpublishedTreesAreNotEndpointFailures: trees a log has signed
+// and archived but not published are proved from its tiles and counted
+// apart (UnpublishedProofs): GET consistency refusing them is routine, so
+// the warning (TileProofs, EndpointError) means the endpoint failed for a
+// tree it had published. A fork among the unpublished trees is caught
+// all the same. (Session 44 left the warning routine on any log taking
+// writes.)
+func TestAuditUnpublishedTreesAreNotEndpointFailures(t *testing.T) {
+	t.Run("honest endpoint, trees 4 and 5 unpublished", func(t *testing.T) {
+		l := newFallbackLog(t, 5, []uint64{1, 2, 3, 4, 5})
+		l.published = &l.archive[2]
+		l.consistency, l.tile = l.publishedOnly, l.honestTiles
+		u := l.start(t)
+		rep, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
+		// Pairs 1–2 and 2–3 from the endpoint; 3–4 refused (400), then
+		// 4–5 and GET sth's tree 3 against the archive's newest, 5, from
+		// the tiles without asking again.
+		if err != nil || rep.STHs != 5 || rep.ConsistencyProofs != 5 || rep.UnpublishedProofs != 3 || rep.TileProofs != 0 || rep.EndpointError != "" || l.asked.Load() != 3 {
+			t.Fatalf("Audit: %+v %v, endpoint asked %d times; want 5 proofs, 3 of them from tiles for unpublished trees, no endpoint failure, 3 asks", rep, err, l.asked.Load())
+		}
+	})
+	t.Run("endpoint down, trees 4 and 5 unpublished", func(t *testing.T) {
+		l := newFallbackLog(t, 5, []uint64{1, 2, 3, 4, 5})
+		l.published = &l.archive[2]
+		l.consistency, l.tile = down503, l.honestTiles
+		u := l.start(t)
+		rep, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
+		if err != nil || rep.ConsistencyProofs != 5 || rep.TileProofs != 2 || rep.UnpublishedProofs != 3 ||
+			rep.EndpointError != "GET "+u+tlogfmt.PathPrefix+"consistency?first=1&second=2: HTTP 503: consistency endpoint down" {
+			t.Fatalf("Audit: %+v %v; want the two published pairs counted as the endpoint's failures", rep, err)
+		}
+	})
+	t.Run("fork above the published tree", func(t *testing.T) {
+		l := newFallbackLog(t, 5, []uint64{1, 2, 3, 4, 5})
+		fork := testonly.New(rfc6962.DefaultHasher)
+		fork.AppendData(leaf(0), leaf(1), leaf(2), leaf(3), leaf(99))
+		l.archive[4] = signedHead(t, 5, fork.Hash(), time.Date(2026, 12, 6, 1, 0, 4, 0, time.UTC))
+		l.published = &l.archive[2]
+		l.consistency, l.tile = l.publishedOnly, l.honestTiles
+		u := l.start(t)
+		_, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
+		var inc *Inconsistency
+		if !errors.As(err, &inc) || inc.First != 4 || inc.Second != 5 ||
+			!strings.HasPrefix(inc.Reason, "GET consistency not asked (it failed earlier in this audit: GET "+u+tlogfmt.PathPrefix+"consistency?first=3&second=4: HTTP 400: need 0 < first <= second <= the newest published tree size), and the proof built from the log's hash tiles does not verify: ") {
+			t.Fatalf("Audit of a log forked above its published tree: %v; want an Inconsistency between trees 4 and 5", err)
 		}
 	})
 }
