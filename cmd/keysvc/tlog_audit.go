@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keysvc/keysvc/internal/sameorigin"
+	"github.com/keysvc/keysvc/internal/strictjson"
 	"github.com/keysvc/keysvc/tlog/tlogaudit"
 	"github.com/keysvc/keysvc/tlog/tlogfmt"
 )
@@ -19,6 +22,7 @@ func newTlogAuditCmd() *cobra.Command {
 	var logKeys, witnessKeys []string
 	var required int
 	var timeout, deadline, maxAge time.Duration
+	var statePath string
 	cmd := &cobra.Command{
 		Use:   "audit URL",
 		Short: "Monitor a log: check every archived STH against the next with consistency proofs",
@@ -45,14 +49,26 @@ one is a log that stopped publishing (frozen), witnesses that stopped
 cosigning, or an old answer replayed. Without witnesses the bound applies
 only when set, to the STH's time, which an idle keysvc log does not move.
 
+With --state FILE the audit remembers: FILE keeps the newest archived STH
+of the last audit that passed, and the next audit reads the archive from
+that tree on and requires the log's history to extend it (the archive's
+STH of that size must have its root, the next one must be consistent with
+it, an archive ending below it is a rollback). Without it each audit
+checks only that the history served today is consistent with itself,
+which a log that rewrote its whole history under its key passes. FILE is
+written (atomically) after exit 0 only, and left as it was otherwise, so
+an INCONSISTENT run keeps the tree it contradicts; a missing FILE starts
+from the whole archive. Keep FILE where only the monitor writes.
+
 The whole audit gives up after --deadline (default 1h): a log that serves
 an archive without end, or answers each request just inside --timeout,
 cannot hold a monitor forever.
 
 Exit status: 0 when the log checks out, 1 naming the first inconsistent
 STH or pair (INCONSISTENT) or a stale newest tree (STALE), 2 when the
-audit could not run (the log did not answer, --deadline passed, or
---witness-key is wrong).`,
+audit could not run (the log did not answer, --deadline passed,
+--witness-key is wrong, or the --state file cannot be read, does not
+verify under --log-key, or cannot be written).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if deadline < 0 {
@@ -89,7 +105,12 @@ audit could not run (the log did not answer, --deadline passed, or
 				ctx, cancel = context.WithTimeout(ctx, deadline)
 				defer cancel()
 			}
-			rep, err := tlogaudit.Audit(ctx, tlogaudit.Options{BaseURL: args[0], Keys: keys, WitnessVKeys: witnessKeys, WitnessesRequired: required, MaxAge: maxAge, Client: sameorigin.Client(timeout)})
+			from, err := readAuditState(statePath)
+			if err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "keysvc: audit could not run:", err)
+				return exitError{2}
+			}
+			rep, err := tlogaudit.Audit(ctx, tlogaudit.Options{BaseURL: args[0], Keys: keys, WitnessVKeys: witnessKeys, WitnessesRequired: required, MaxAge: maxAge, Client: sameorigin.Client(timeout), From: from})
 			var inc *tlogaudit.Inconsistency
 			switch {
 			case errors.As(err, &inc):
@@ -105,6 +126,16 @@ audit could not run (the log did not answer, --deadline passed, or
 				fmt.Fprintln(cmd.ErrOrStderr(), "keysvc: audit could not run:", err)
 				return exitError{2}
 			}
+			if statePath != "" {
+				b, err := json.Marshal(rep.Newest)
+				if err != nil {
+					return err
+				}
+				if err := writeFileAtomic(statePath, append(b, '\n')); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: audit could not run: --state: the log checked out (newest tree size %d), but %s could not be written: %v\n", rep.TreeSize, statePath, err)
+					return exitError{2}
+				}
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "ok: %d archived STHs, %d consistency proofs verified, newest tree size %d\n", rep.STHs, rep.ConsistencyProofs, rep.TreeSize)
 			if rep.TileProofs > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: warning: %d of the consistency proofs were built from the log's hash tiles: its consistency endpoint failed for trees it had published (first: %q)\n", rep.TileProofs, rep.EndpointError)
@@ -117,6 +148,32 @@ audit could not run (the log did not answer, --deadline passed, or
 	cmd.Flags().IntVar(&required, "witnesses-required", 0, "cosignatures by distinct --witness-key witnesses the newest checkpoint must carry (0 to the number of --witness-key)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "limit on each HTTP request")
 	cmd.Flags().DurationVar(&deadline, "deadline", time.Hour, "limit on the whole audit (exit 2 when it passes); 0: no limit")
+	cmd.Flags().StringVar(&statePath, "state", "", "file keeping the newest archived STH of the last audit that passed: the next audit starts there and the log's history must extend it (missing: the whole archive)")
 	cmd.Flags().DurationVar(&maxAge, "max-tree-age", time.Hour, "with --witnesses-required K: the newest tree's K-th newest trusted cosignature may be no older than this; without witnesses it applies only when set, to the STH's time (which an idle keysvc log does not move); 0 turns the check off")
 	return cmd
+}
+
+// readAuditState reads the --state file of tlog audit: the archived STH
+// (tlogfmt.ArchivedSTH, JSON) of the last audit that passed, nil when
+// path is empty or the file does not exist yet. Its STH is verified by
+// the audit (tlogaudit.Options.From), under the --log-key keys.
+func readAuditState(path string) (*tlogfmt.ArchivedSTH, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--state: %w", err)
+	}
+	var from tlogfmt.ArchivedSTH
+	if err := strictjson.Decode(b, &from, strictjson.Limits{}); err != nil {
+		return nil, fmt.Errorf("--state %s: %w", path, err)
+	}
+	if from.STH == "" || from.Checkpoint == "" {
+		return nil, fmt.Errorf("--state %s: want the tree_size, sth and checkpoint of an archived STH", path)
+	}
+	return &from, nil
 }

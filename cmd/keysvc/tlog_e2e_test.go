@@ -406,24 +406,7 @@ func TestTlogAuditDetectsTampering(t *testing.T) {
 	// real log key (STH and checkpoint alike).
 	victim := sizes[len(sizes)/2]
 	prevSize := sizes[len(sizes)/2-1]
-	logSigner := loadTestLogKey(t, dir)
-	forged := bytes.Repeat([]byte{0x42}, 32)
-	k, _ := tlogfmt.ParseVKey(vkey)
-	js, _ := signer.NewJWSSigner(k.KID, signer.AlgEdDSA, logSigner)
-	sth, err := tlogfmt.SignSTH(js, tlogfmt.STH{LogID: k.Origin, TreeSize: victim, RootHash: forged, Timestamp: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, _ := tlogfmt.NewNoteSigner(k, logSigner)
-	cp, err := note.Sign(&note.Note{Text: string(f_log.Checkpoint{Origin: k.Origin, Size: victim, Hash: forged}.Marshal())}, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var origSTH, origCP string
-	db.QueryRow(`SELECT sth, checkpoint FROM sths WHERE tree_size = ?`, victim).Scan(&origSTH, &origCP)
-	if _, err := db.Exec(`UPDATE sths SET sth = ?, checkpoint = ?, root_hash = ? WHERE tree_size = ?`, sth, string(cp), forged, victim); err != nil {
-		t.Fatal(err)
-	}
+	origSTH, origCP := forgeArchivedSTH(t, db, dir, vkey, victim)
 	srv = startTlogServer(t, dir)
 	out, stderr, code = runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey)
 	want := fmt.Sprintf("INCONSISTENT: archived STHs of tree sizes %d and %d are inconsistent: consistency proof does not verify", prevSize, victim)
@@ -458,6 +441,7 @@ func TestTlogAuditDetectsTampering(t *testing.T) {
 	}
 	// Another log key: the audit trusts only the configured key.
 	other, _, _ := ed25519.GenerateKey(rand.Reader)
+	k, _ := tlogfmt.ParseVKey(vkey)
 	otherKey, _ := tlogfmt.NewLogKey(k.Origin, other)
 	otherVKey, _ := otherKey.VKey()
 	out, _, code = runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", otherVKey)
@@ -466,6 +450,119 @@ func TestTlogAuditDetectsTampering(t *testing.T) {
 	}
 	srv.stop(t)
 	tlogtest.Fsck(t, dir, vkey)
+}
+
+// forgeArchivedSTH rewrites the stopped operator's archived STH of tree
+// size (database db of data directory dir) as an operator holding the log
+// key could: a tree head of that size with another root (0x42…), STH and
+// checkpoint both signed by the real log key. It returns the original STH
+// and checkpoint.
+func forgeArchivedSTH(t *testing.T, db *sql.DB, dir, vkey string, size uint64) (origSTH, origCP string) {
+	t.Helper()
+	logSigner := loadTestLogKey(t, dir)
+	forged := bytes.Repeat([]byte{0x42}, 32)
+	k, _ := tlogfmt.ParseVKey(vkey)
+	js, _ := signer.NewJWSSigner(k.KID, signer.AlgEdDSA, logSigner)
+	sth, err := tlogfmt.SignSTH(js, tlogfmt.STH{LogID: k.Origin, TreeSize: size, RootHash: forged, Timestamp: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, _ := tlogfmt.NewNoteSigner(k, logSigner)
+	cp, err := note.Sign(&note.Note{Text: string(f_log.Checkpoint{Origin: k.Origin, Size: size, Hash: forged}.Marshal())}, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT sth, checkpoint FROM sths WHERE tree_size = ?`, size).Scan(&origSTH, &origCP); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE sths SET sth = ?, checkpoint = ?, root_hash = ? WHERE tree_size = ?`, sth, string(cp), forged, size); err != nil {
+		t.Fatal(err)
+	}
+	return origSTH, origCP
+}
+
+// waitPublished waits until the log at base publishes a tree of size n.
+func waitPublished(t *testing.T, base string, n int) {
+	t.Helper()
+	for i := 0; ; i++ {
+		code, body := httpGet(t, base+tlogfmt.PathPrefix+"sth")
+		if code == http.StatusOK && strings.Contains(body, fmt.Sprintf("\\n%d\\n", n)) {
+			return
+		}
+		if i > 100 {
+			t.Fatalf("the log did not publish tree size %d: %s", n, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestTlogAuditState: with --state, tlog audit remembers the newest tree
+// of the last audit that passed, reads the archive from it on, and
+// requires the log's history to extend it. A log whose operator re-signed
+// that tree with another root is INCONSISTENT at that tree, and the state
+// file keeps the tree it contradicts; a damaged state file is exit 2.
+// (TestAuditFromEarlierTree shows what an audit without it misses: a
+// whole history rewritten under the log key.)
+func TestTlogAuditState(t *testing.T) {
+	dir := t.TempDir()
+	srv := startTlogServer(t, dir)
+	for i := 0; i < 2; i++ {
+		if _, err := addBatch(srv.URL, []string{randomArtifact(), randomArtifact(), randomArtifact()}); err != nil {
+			t.Fatal(err)
+		}
+		waitPublished(t, srv.URL, 3*(i+1))
+	}
+	vkey := srv.VKey
+	state := filepath.Join(t.TempDir(), "audit-state.json")
+	out, stderr, code := runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey, "--state", state)
+	var sths, proofs, size int
+	if _, err := fmt.Sscanf(out, "ok: %d archived STHs, %d consistency proofs verified, newest tree size %d\n", &sths, &proofs, &size); err != nil || code != 0 || size != 6 {
+		t.Fatalf("first audit with a new --state file: exit %d, %v\n%s%s", code, err, out, stderr)
+	}
+	var kept tlogfmt.ArchivedSTH
+	if b, err := os.ReadFile(state); err != nil || json.Unmarshal(b, &kept) != nil || kept.TreeSize != 6 {
+		t.Fatalf("--state file after the first audit: %+v %v; want the archived STH of tree size 6", kept, err)
+	}
+	// Resumed: the kept tree alone is read again (its root compared).
+	out, stderr, code = runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey, "--state", state)
+	if code != 0 || out != "ok: 1 archived STHs, 0 consistency proofs verified, newest tree size 6\n" {
+		t.Fatalf("audit resumed at the newest tree: exit %d\n%s%s", code, out, stderr)
+	}
+	if _, err := addBatch(srv.URL, []string{randomArtifact(), randomArtifact(), randomArtifact()}); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, srv.URL, 9)
+	out, stderr, code = runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey, "--state", state)
+	if code != 0 || out != "ok: 2 archived STHs, 1 consistency proofs verified, newest tree size 9\n" {
+		t.Fatalf("audit resumed after one more tree: exit %d\n%s%s", code, out, stderr)
+	}
+	before, _ := os.ReadFile(state)
+	srv.stop(t)
+
+	// The operator re-signs tree 9 with another root: the newest tree, so
+	// an audit without --state still finds the pair 6–9 inconsistent;
+	// with it, tree 9 itself contradicts the tree kept.
+	db, err := sql.Open("sqlite", filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	forgeArchivedSTH(t, db, dir, vkey, 9)
+	srv = startTlogServer(t, dir)
+	defer srv.stop(t)
+	out, stderr, code = runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey, "--state", state)
+	want := "INCONSISTENT: archived STH of tree size 9: the archive's STH has another root than the STH of this tree size an earlier audit checked (From): the log forked, or rewrote its history\n"
+	if after, _ := os.ReadFile(state); code != 1 || out != want || !bytes.Equal(after, before) {
+		t.Fatalf("audit from a kept tree the log re-signed: exit %d, state file changed %v; want 1 with %q\n%s%s", code, !bytes.Equal(after, before), want, out, stderr)
+	}
+	// A damaged state file: the audit could not run (2), nothing written.
+	if err := os.WriteFile(state, []byte(`{"tree_size":9,"sth":"x","checkpoint":"y","extra":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code = runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey, "--state", state)
+	if code != 2 || out != "" || !strings.HasPrefix(stderr, "keysvc: audit could not run: --state "+state+": ") {
+		t.Fatalf("audit with a damaged --state file: exit %d, want 2\n%s%s", code, out, stderr)
+	}
 }
 
 // failingConsistency serves target's log through a proxy whose GET

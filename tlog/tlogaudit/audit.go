@@ -66,6 +66,17 @@ type Options struct {
 	Client *http.Client
 	// PageSize is the archive page size (default 1000).
 	PageSize int
+	// From, when set, is an archived STH that an earlier audit of this
+	// log checked (its Report.Newest, kept by the monitor). The audit
+	// then reads the archive from that tree size on, and the log's
+	// history must extend that tree: the archive's STH of its size, if
+	// the archive still holds one, must have its root, the next archived
+	// STH must be consistent with it, and an archive that ends below it
+	// is a rollback. An audit without From checks only that the history
+	// the log serves today is consistent with itself, which a log that
+	// rewrote its whole history under its key passes. From must verify
+	// under Keys (an error, not an Inconsistency, when it does not).
+	From *tlogfmt.ArchivedSTH
 }
 
 // Report summarizes a clean audit.
@@ -92,6 +103,11 @@ type Report struct {
 	// one. Routine on a log taking writes or waiting for a witness; not
 	// counted in TileProofs, nor its failure in EndpointError.
 	UnpublishedProofs int
+	// Newest is the newest archived STH checked, as the log served it
+	// (Options.From when the archive held nothing after it): what a
+	// monitor keeps and passes as Options.From to its next audit, once
+	// this one passed.
+	Newest tlogfmt.ArchivedSTH
 }
 
 // Inconsistency is the first archived STH (or pair of them) that does not
@@ -139,6 +155,16 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	pr := &prover{opts: opts, base: base, rep: &rep, published: publishedSize(ctx, opts, base)}
 	var prev *checked
 	after := ""
+	if opts.From != nil {
+		from, err := checkOne(*opts.From, opts.Keys)
+		if err != nil {
+			return rep, fmt.Errorf("tlogaudit: the tree an earlier audit checked (From) does not verify under the log keys: %v", err)
+		}
+		prev, rep.Newest = from, *opts.From
+		if from.size > 0 {
+			after = strconv.FormatUint(from.size-1, 10) // from its size on
+		}
+	}
 	for {
 		u := base + tlogfmt.EndpointArchive + "?limit=" + strconv.Itoa(opts.PageSize)
 		if after != "" {
@@ -153,13 +179,21 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 			if err != nil {
 				return rep, err
 			}
-			if prev != nil {
+			switch {
+			case opts.From != nil && rep.STHs == 0 && cur.size == prev.size:
+				// The tree an earlier audit checked, as the archive holds
+				// it today.
+				if !bytes.Equal(cur.root, prev.root) {
+					return rep, &Inconsistency{First: int64(cur.size), Second: -1, Reason: "the archive's STH has another root than the STH of this tree size an earlier audit checked (From): the log forked, or rewrote its history"}
+				}
+			case prev != nil:
 				if err := pr.checkPair(ctx, *prev, *cur); err != nil {
 					return rep, err
 				}
 			}
 			prev = cur
 			rep.STHs++
+			rep.Newest = a
 		}
 		if page.Next == nil {
 			break
@@ -172,8 +206,11 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 		}
 		after = strconv.FormatUint(*page.Next, 10)
 	}
-	if prev == nil {
+	switch {
+	case prev == nil:
 		return rep, &Inconsistency{First: -1, Second: -1, Reason: "the STH archive is empty"}
+	case opts.From != nil && rep.STHs == 0:
+		return rep, &Inconsistency{First: int64(prev.size), Second: -1, Reason: "the STH archive holds no tree of this size or larger, and an earlier audit checked this one (From): the log rolled back"}
 	}
 	rep.TreeSize, rep.RootHash = prev.size, prev.root
 

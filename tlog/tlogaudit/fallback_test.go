@@ -37,6 +37,8 @@ type fallbackLog struct {
 	srvURL string
 	// published is the archived STH GET sth serves (nil: the newest).
 	published *tlogfmt.ArchivedSTH
+	// firstAfter is the after= of the first archive page asked ("" for none).
+	firstAfter atomic.Pointer[string]
 }
 
 func newFallbackLog(t *testing.T, n int, sizes []uint64) *fallbackLog {
@@ -80,6 +82,8 @@ func (l *fallbackLog) start(t *testing.T) string {
 			}
 			fmt.Fprintf(w, `{"sth":%q,"checkpoint":%q}`, cur.STH, cur.Checkpoint)
 		case p == tlogfmt.PathPrefix+tlogfmt.EndpointArchive:
+			a := q.Get("after")
+			l.firstAfter.CompareAndSwap(nil, &a)
 			after, err := strconv.ParseInt(q.Get("after"), 10, 64)
 			if err != nil {
 				after = -1
