@@ -5,3 +5,6 @@ package main
 // lockDataDir is a no-op where keysvc does not use flock(2): a second
 // serve on one SQLite data directory is not detected there.
 func lockDataDir(string) (func(), error) { return func() {}, nil }
+
+// lockFileExclusive is a no-op where keysvc does not use flock(2).
+func lockFileExclusive(string) (func(), error) { return func() {}, nil }

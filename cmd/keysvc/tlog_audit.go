@@ -57,8 +57,10 @@ it, an archive ending below it is a rollback). Without it each audit
 checks only that the history served today is consistent with itself,
 which a log that rewrote its whole history under its key passes. FILE is
 written (atomically) after exit 0 only, and left as it was otherwise, so
-an INCONSISTENT run keeps the tree it contradicts; a missing FILE starts
-from the whole archive. Keep FILE where only the monitor writes.
+an INCONSISTENT run keeps the tree it contradicts; it never goes back to
+a smaller tree (runs that overlap keep the larger; FILE.lock serializes
+them); a missing FILE starts from the whole archive. Keep FILE where only
+the monitor writes.
 
 The whole audit gives up after --deadline (default 1h): a log that serves
 an archive without end, or answers each request just inside --timeout,
@@ -127,12 +129,8 @@ verify under --log-key, or cannot be written).`,
 				return exitError{2}
 			}
 			if statePath != "" {
-				b, err := json.Marshal(rep.Newest)
-				if err != nil {
-					return err
-				}
-				if err := writeFileAtomic(statePath, append(b, '\n')); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: audit could not run: --state: the log checked out (newest tree size %d), but %s could not be written: %v\n", rep.TreeSize, statePath, err)
+				if err := saveAuditState(statePath, rep.Newest); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: audit could not run: --state: the log checked out (newest tree size %d), but %v\n", rep.TreeSize, err)
 					return exitError{2}
 				}
 			}
@@ -176,4 +174,33 @@ func readAuditState(path string) (*tlogfmt.ArchivedSTH, error) {
 		return nil, fmt.Errorf("--state %s: want the tree_size, sth and checkpoint of an archived STH", path)
 	}
 	return &from, nil
+}
+
+// saveAuditState keeps newest in the --state file at path, unless the
+// file already holds a larger tree: audits that overlap (a cron run
+// still going when the next starts) must not move the monitor's memory
+// back to a tree it has seen extended, or it would accept a rewrite of
+// what it verified since. An exclusive flock on path + ".lock" orders the
+// read and the replacement (writeFileAtomic) against other runs.
+func saveAuditState(path string, newest tlogfmt.ArchivedSTH) error {
+	unlock, err := lockFileExclusive(path + ".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cur, err := readAuditState(path)
+	if err != nil {
+		return fmt.Errorf("%v (left as it is)", err)
+	}
+	if cur != nil && cur.TreeSize >= newest.TreeSize {
+		return nil
+	}
+	b, err := json.Marshal(newest)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(path, append(b, '\n')); err != nil {
+		return fmt.Errorf("%s could not be written: %w", path, err)
+	}
+	return nil
 }

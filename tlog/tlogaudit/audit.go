@@ -11,11 +11,13 @@
 // the log's data decide, so a log cannot hide a fork by failing exactly
 // the proofs that would show it, and an honest log holding signed trees
 // back is not taken for a forked one (ADR 0045). A proof from the tiles
-// for a tree above the one GET sth published when the audit began is
-// counted apart (Report.UnpublishedProofs): the log's GET consistency
-// serves published trees only, so its refusal there is routine, and
-// Report.TileProofs counts only the proofs it failed to serve for trees
-// it had published. The newest GET sth must
+// that the endpoint refused (400, 404) for a tree above the one GET sth
+// published when the audit began is counted apart
+// (Report.UnpublishedProofs): the log's GET consistency serves published
+// trees only, so that refusal is routine, and Report.TileProofs counts
+// every other failure. Both GET sth answers, the one read before the
+// archive and the one after, must be archived trees the history extends.
+// The newest GET sth must
 // be in the archive and, with Options.MaxAge, no older than that (a frozen
 // log).
 package tlogaudit
@@ -28,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -96,12 +97,15 @@ type Report struct {
 	TileProofs    int
 	EndpointError string
 	// UnpublishedProofs is how many of them were built from the hash
-	// tiles, GET consistency having failed, for a larger tree above the
-	// newest one GET sth published when the audit began: a log signs and
-	// archives a tree before it publishes it (after its witnesses
-	// cosign), and serves consistency proofs only up to the published
-	// one. Routine on a log taking writes or waiting for a witness; not
-	// counted in TileProofs, nor its failure in EndpointError.
+	// tiles because GET consistency refused them (HTTP 400 or 404) for a
+	// larger tree above the one GET sth published when the audit began
+	// (read again at its end when that failed): a log signs and archives
+	// a tree before it publishes it (after its witnesses cosign), and
+	// serves consistency proofs only up to the published one. Routine on
+	// a log taking writes or waiting for a witness; not counted in
+	// TileProofs, nor its failure in EndpointError. Any other failure (a
+	// 5xx, a timeout, a proof that does not verify) counts in TileProofs
+	// whatever the tree.
 	UnpublishedProofs int
 	// Newest is the newest archived STH checked, as the log served it
 	// (Options.From when the archive held nothing after it): what a
@@ -152,7 +156,14 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	}
 	base := strings.TrimSuffix(opts.BaseURL, "/") + tlogfmt.PathPrefix
 	var rep Report
-	pr := &prover{opts: opts, base: base, rep: &rep, published: publishedSize(ctx, opts, base)}
+	pr := &prover{opts: opts, base: base, rep: &rep}
+	// GET sth before the archive: the tree the log had published when
+	// the audit began (it sorts the proofs built from tiles, classify),
+	// checked against the archive like the GET sth read at the end.
+	// One that cannot be read or does not verify is left out (firstErr):
+	// the GET sth read at the end is judged in full.
+	_, first, _, firstErr := readHead(ctx, opts, base)
+	firstSeen := false
 	var prev *checked
 	after := ""
 	if opts.From != nil {
@@ -191,6 +202,12 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 					return rep, err
 				}
 			}
+			if firstErr == nil && cur.size == first.TreeSize {
+				if !bytes.Equal(cur.root, first.RootHash) {
+					return rep, &Inconsistency{First: int64(cur.size), Second: -1, Reason: "the tree head GET sth served when the audit began has another root than the archive's"}
+				}
+				firstSeen = true
+			}
 			prev = cur
 			rep.STHs++
 			rep.Newest = a
@@ -214,45 +231,28 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	}
 	rep.TreeSize, rep.RootHash = prev.size, prev.root
 
+	if firstErr == nil && !firstSeen {
+		// Not in the pages read (behind From, or left out of the
+		// archive): looked up, and proved, as the final GET sth is.
+		if err := pr.checkHead(ctx, first, *prev); err != nil {
+			return rep, err
+		}
+	}
+
 	// The newest STH the log serves must be archived: GET sth may be
 	// newer than the last page read, so look it up by size.
-	var latest tlogfmt.STHResponse
-	if err := getJSON(ctx, opts.Client, base+tlogfmt.EndpointSTH, &latest); err != nil {
+	latest, sth, _, err := readHead(ctx, opts, base)
+	if err != nil {
 		return rep, err
 	}
-	sth, key, err := tlogfmt.VerifySTH(latest.STH, opts.Keys)
-	if err != nil {
-		return rep, &Inconsistency{First: -1, Second: -1, Reason: "GET sth: " + err.Error()}
+	if err := pr.checkHead(ctx, sth, *prev); err != nil {
+		return rep, err
 	}
-	cp, err := tlogfmt.VerifyCheckpoint(latest.Checkpoint, key)
-	if err != nil || cp.TreeSize != sth.TreeSize || !bytes.Equal(cp.RootHash, sth.RootHash) {
-		return rep, &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: fmt.Sprintf("GET sth: the checkpoint does not verify or names another tree (%v)", err)}
+	published := sth.TreeSize
+	if firstErr == nil {
+		published = first.TreeSize
 	}
-	switch {
-	case sth.TreeSize == prev.size:
-		if !bytes.Equal(sth.RootHash, prev.root) {
-			return rep, &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: "GET sth has another root than the archive"}
-		}
-	case sth.TreeSize < prev.size:
-		// Behind the archive's newest: it must be an archived tree, else
-		// GET sth shows its readers a tree (a fork, a rollback) that the
-		// archive, and every consistency proof above, never saw.
-		if err := archived(ctx, opts, base, sth); err != nil {
-			return rep, err
-		}
-		// archived's answer is a second request the scan never checked:
-		// a log can show it the head it shows GET sth's readers. What
-		// binds that head to the audited history is a consistency proof
-		// up to the newest tree the scan verified (no timestamp order:
-		// a republished checkpoint of an older tree may be signed later).
-		if err := pr.proveConsistency(ctx, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}, *prev); err != nil {
-			return rep, err
-		}
-	default:
-		if err := pr.checkPair(ctx, *prev, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}); err != nil {
-			return rep, err
-		}
-	}
+	pr.classify(published)
 	var cos []tlogfmt.Cosignature
 	if opts.WitnessesRequired > 0 {
 		// The published checkpoint (GET sth) carries the cosignatures; the
@@ -272,30 +272,54 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	return rep, nil
 }
 
-// publishedSize returns the size of the tree GET sth publishes, when its
-// STH verifies under opts.Keys and its checkpoint names the same tree;
-// math.MaxUint64 (unknown) on any failure. It only sorts the proofs built
-// from tiles into Report.UnpublishedProofs and Report.TileProofs; no
-// verdict rests on it. The GET sth the audit checks is read again after
-// the archive.
-func publishedSize(ctx context.Context, opts Options, base string) uint64 {
+// readHead reads GET sth and verifies it: the STH under opts.Keys, and
+// its checkpoint naming the same tree. Errors: *Inconsistency when the
+// log served a head that does not verify; any other error when it could
+// not be read.
+func readHead(ctx context.Context, opts Options, base string) (tlogfmt.STHResponse, tlogfmt.STH, tlogfmt.LogKey, error) {
 	var latest tlogfmt.STHResponse
-	if err := getJSONLimit(ctx, opts.Client, base+tlogfmt.EndpointSTH, &latest, maxSTHBytes); err != nil {
-		return math.MaxUint64
+	if err := getJSON(ctx, opts.Client, base+tlogfmt.EndpointSTH, &latest); err != nil {
+		return latest, tlogfmt.STH{}, tlogfmt.LogKey{}, err
 	}
 	sth, key, err := tlogfmt.VerifySTH(latest.STH, opts.Keys)
 	if err != nil {
-		return math.MaxUint64
+		return latest, sth, key, &Inconsistency{First: -1, Second: -1, Reason: "GET sth: " + err.Error()}
 	}
-	if cp, err := tlogfmt.VerifyCheckpoint(latest.Checkpoint, key); err != nil || cp.TreeSize != sth.TreeSize {
-		return math.MaxUint64
+	cp, err := tlogfmt.VerifyCheckpoint(latest.Checkpoint, key)
+	if err != nil || cp.TreeSize != sth.TreeSize || !bytes.Equal(cp.RootHash, sth.RootHash) {
+		return latest, sth, key, &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: fmt.Sprintf("GET sth: the checkpoint does not verify or names another tree (%v)", err)}
 	}
-	return sth.TreeSize
+	return latest, sth, key, nil
 }
 
-// maxSTHBytes bounds the GET sth answer publishedSize reads: an STH and a
-// checkpoint with its cosignatures.
-const maxSTHBytes = 64 << 10
+// checkHead checks a tree head GET sth served against newest, the
+// archive's newest tree the audit checked: the same root at its size,
+// an archived tree bound to newest by a consistency proof behind it, or
+// a tree proved to extend newest ahead of it.
+func (p *prover) checkHead(ctx context.Context, sth tlogfmt.STH, newest checked) error {
+	switch {
+	case sth.TreeSize == newest.size:
+		if !bytes.Equal(sth.RootHash, newest.root) {
+			return &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: "GET sth has another root than the archive"}
+		}
+	case sth.TreeSize < newest.size:
+		// Behind the archive's newest: it must be an archived tree, else
+		// GET sth shows its readers a tree (a fork, a rollback) that the
+		// archive, and every consistency proof above, never saw.
+		if err := archived(ctx, p.opts, p.base, sth); err != nil {
+			return err
+		}
+		// archived's answer is a second request the scan never checked:
+		// a log can show it the head it shows GET sth's readers. What
+		// binds that head to the audited history is a consistency proof
+		// up to the newest tree the scan verified (no timestamp order:
+		// a republished checkpoint of an older tree may be signed later).
+		return p.proveConsistency(ctx, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp}, newest)
+	default:
+		return p.checkPair(ctx, newest, checked{size: sth.TreeSize, root: sth.RootHash, ts: sth.Timestamp})
+	}
+	return nil
+}
 
 // archived checks that the archive holds a tree of sth's size with sth's
 // root (GET sth/archive?after=size-1&limit=1: the archive is ordered by
@@ -356,9 +380,14 @@ type prover struct {
 	down error
 	// tiles reads the log's hash tiles (tileProof), made at first use.
 	tiles *client.HTTPFetcher
-	// published is the tree size GET sth published when the audit began
-	// (publishedSize).
-	published uint64
+	// fromTiles are the proofs built from tiles, each with the larger
+	// tree's size and the endpoint failure it followed (classify).
+	fromTiles []tileProofCause
+}
+
+type tileProofCause struct {
+	size  uint64
+	cause error
 }
 
 // checkPair checks that b extends a, counting the proof it verifies in
@@ -378,8 +407,7 @@ func (p *prover) checkPair(ctx context.Context, a, b checked) error {
 // a.size) with the log's own proof (GET consistency) or, when that fails,
 // with one built from its hash tiles (tileProof, ADR 0045), and counts it
 // in p.rep (nothing when a is the empty tree, whose root it checks
-// instead; a proof from tiles for a tree above p.published in
-// UnpublishedProofs, else in TileProofs). Only the two signed roots and the log's data decide: an
+// instead; a proof from tiles in p.fromTiles, counted by classify). Only the two signed roots and the log's data decide: an
 // answer that is not a proof (a status, a timeout, a proof for other
 // sizes) says nothing about them, and a proof for these sizes that does
 // not verify is an Inconsistency only when the tiles do not show the pair
@@ -431,18 +459,30 @@ func (p *prover) proveConsistency(ctx context.Context, a, b checked) error {
 		return bad("%s, and the proof built from the log's hash tiles does not verify: %v", why, err)
 	}
 	p.rep.ConsistencyProofs++
-	if b.size > p.published {
-		// The log had not published tree b when the audit began, and
-		// its endpoint serves proofs up to its published tree only: a
-		// refusal here is routine and says nothing of the endpoint.
-		p.rep.UnpublishedProofs++
-		return nil
-	}
-	if p.rep.EndpointError == "" {
-		p.rep.EndpointError = p.down.Error()
-	}
-	p.rep.TileProofs++
+	p.fromTiles = append(p.fromTiles, tileProofCause{size: b.size, cause: p.down})
 	return nil
+}
+
+// classify counts the proofs built from tiles (p.fromTiles) once the
+// audit passed: in p.rep.UnpublishedProofs when the larger tree was above
+// published (the tree GET sth served when the audit began) and the
+// endpoint had refused the proof (HTTP 400 or 404: a log serves proofs
+// up to its published tree only, and refuses larger ones), else in
+// p.rep.TileProofs, with the first such failure in p.rep.EndpointError.
+// A 5xx, a timeout, or a proof that does not verify is always the
+// endpoint's failure, whatever the tree.
+func (p *prover) classify(published uint64) {
+	for _, t := range p.fromTiles {
+		var he *httpError
+		if t.size > published && errors.As(t.cause, &he) && (he.status == http.StatusBadRequest || he.status == http.StatusNotFound) {
+			p.rep.UnpublishedProofs++
+			continue
+		}
+		if p.rep.EndpointError == "" {
+			p.rep.EndpointError = t.cause.Error()
+		}
+		p.rep.TileProofs++
+	}
 }
 
 // maxConsistencyBytes bounds a GET consistency answer: a proof holds at

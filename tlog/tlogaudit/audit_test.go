@@ -85,6 +85,12 @@ type hostileLog struct {
 	tree     *testonly.Tree        // consistency proofs; its leaves, the one bundle
 	leaves   [][]byte
 	requests atomic.Int64
+	// firstSTH, when set, answers the first GET sth after sthCalls was
+	// reset (the one an audit reads before the archive): a log that
+	// switches heads mid-audit, so that the GET sth read at the end is
+	// the one under test.
+	firstSTH *tlogfmt.ArchivedSTH
+	sthCalls atomic.Int64
 }
 
 func (h *hostileLog) start(t *testing.T) string {
@@ -93,7 +99,11 @@ func (h *hostileLog) start(t *testing.T) string {
 		q := r.URL.Query()
 		switch r.URL.Path {
 		case tlogfmt.PathPrefix + tlogfmt.EndpointSTH:
-			_ = json.NewEncoder(w).Encode(tlogfmt.STHResponse{STH: h.current.STH, Checkpoint: h.current.Checkpoint})
+			cur := h.current
+			if h.sthCalls.Add(1) == 1 && h.firstSTH != nil {
+				cur = *h.firstSTH
+			}
+			_ = json.NewEncoder(w).Encode(tlogfmt.STHResponse{STH: cur.STH, Checkpoint: cur.Checkpoint})
 		case tlogfmt.PathPrefix + tlogfmt.EndpointArchive:
 			after, _ := strconv.ParseInt(q.Get("after"), 10, 64)
 			if !q.Has("after") {
@@ -153,11 +163,14 @@ func serveConsistency(w http.ResponseWriter, r *http.Request, tree *testonly.Tre
 // extends the archive). A lagging copy of an archived head passes; a head
 // of that size with another root — a fork shown to GET sth's readers
 // while the archive and its consistency proofs look clean — does not.
+// The head under test is the one read after the archive (the one before
+// it is the honest newest; TestAuditFirstTreeHeadIsChecked covers it).
 func TestAuditTreeHeadBehindTheArchive(t *testing.T) {
 	t0 := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
 	h := newHostileLog(leaf(0), leaf(1), leaf(2))
 	two, three := signedHead(t, 2, h.tree.HashAt(2), t0), signedHead(t, 3, h.tree.HashAt(3), t0.Add(time.Minute))
 	h.archive = []tlogfmt.ArchivedSTH{two, three}
+	h.firstSTH = &three
 	u := h.start(t)
 	opts := Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}}
 
@@ -169,12 +182,14 @@ func TestAuditTreeHeadBehindTheArchive(t *testing.T) {
 	fork := testonly.New(rfc6962.DefaultHasher)
 	fork.AppendData(leaf(0), leaf(99))
 	h.current = signedHead(t, 2, fork.Hash(), t0.Add(2*time.Minute))
+	h.sthCalls.Store(0)
 	_, err = Audit(context.Background(), opts)
 	var inc *Inconsistency
 	if !errors.As(err, &inc) || !strings.Contains(err.Error(), "GET sth names tree size 2, behind the archive's newest, and the archive holds no such tree with that root") {
 		t.Fatalf("GET sth a forked head of size 2: %v, want *Inconsistency", err)
 	}
 	h.current = signedHead(t, 1, h.tree.HashAt(1), t0.Add(2*time.Minute)) // a size the archive never held
+	h.sthCalls.Store(0)
 	if _, err := Audit(context.Background(), opts); !errors.As(err, &inc) {
 		t.Fatalf("GET sth a head of a size not archived: %v, want *Inconsistency", err)
 	}
@@ -185,7 +200,8 @@ func TestAuditTreeHeadBehindTheArchive(t *testing.T) {
 // head that GET sth serves. The head must also be proved consistent with
 // the newest tree the scan verified: a fork of size 2 fails whether the
 // scanned archive never held size 2 or held it with the honest root. (From
-// an attack review, session 37.)
+// an attack review, session 37.) The head under test is the one read after
+// the archive; the one before it is the honest newest, tree 3.
 func TestAuditTreeHeadBehindTheArchiveIsProved(t *testing.T) {
 	t0 := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
 	honest := testonly.New(rfc6962.DefaultHasher)
@@ -199,10 +215,15 @@ func TestAuditTreeHeadBehindTheArchiveIsProved(t *testing.T) {
 		"size 2 scanned with the honest root, then forked": {one, two, three},
 	} {
 		t.Run(name, func(t *testing.T) {
+			var sths atomic.Int64
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				q := r.URL.Query()
 				switch r.URL.Path {
 				case tlogfmt.PathPrefix + tlogfmt.EndpointSTH:
+					if sths.Add(1) == 1 {
+						_ = json.NewEncoder(w).Encode(tlogfmt.STHResponse{STH: three.STH, Checkpoint: three.Checkpoint})
+						return
+					}
 					_ = json.NewEncoder(w).Encode(tlogfmt.STHResponse{STH: forked.STH, Checkpoint: forked.Checkpoint})
 				case tlogfmt.PathPrefix + tlogfmt.EndpointArchive:
 					if q.Get("limit") == "1" { // archived's look-up

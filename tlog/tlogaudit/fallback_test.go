@@ -39,6 +39,11 @@ type fallbackLog struct {
 	published *tlogfmt.ArchivedSTH
 	// firstAfter is the after= of the first archive page asked ("" for none).
 	firstAfter atomic.Pointer[string]
+	// firstSTH answers the first GET sth (the one an audit reads before
+	// the archive) in place of published, when set; a zero TreeSize and
+	// empty STH answers it 503 instead.
+	firstSTH *tlogfmt.ArchivedSTH
+	sthCalls atomic.Int64
 }
 
 func newFallbackLog(t *testing.T, n int, sizes []uint64) *fallbackLog {
@@ -79,6 +84,13 @@ func (l *fallbackLog) start(t *testing.T) string {
 			cur := l.archive[len(l.archive)-1]
 			if l.published != nil {
 				cur = *l.published
+			}
+			if l.sthCalls.Add(1) == 1 && l.firstSTH != nil {
+				if l.firstSTH.STH == "" {
+					http.Error(w, "upstream busy", http.StatusServiceUnavailable)
+					return
+				}
+				cur = *l.firstSTH
 			}
 			fmt.Fprintf(w, `{"sth":%q,"checkpoint":%q}`, cur.STH, cur.Checkpoint)
 		case p == tlogfmt.PathPrefix+tlogfmt.EndpointArchive:
@@ -405,9 +417,12 @@ func TestAuditUnpublishedTreesAreNotEndpointFailures(t *testing.T) {
 		l.consistency, l.tile = down503, l.honestTiles
 		u := l.start(t)
 		rep, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
-		if err != nil || rep.ConsistencyProofs != 5 || rep.TileProofs != 2 || rep.UnpublishedProofs != 3 ||
+		// A 503 is the endpoint's failure whatever the tree: all five
+		// proofs warn, the unpublished trees' too (only a refusal, 400
+		// or 404, is routine for them).
+		if err != nil || rep.ConsistencyProofs != 5 || rep.TileProofs != 5 || rep.UnpublishedProofs != 0 ||
 			rep.EndpointError != "GET "+u+tlogfmt.PathPrefix+"consistency?first=1&second=2: HTTP 503: consistency endpoint down" {
-			t.Fatalf("Audit: %+v %v; want the two published pairs counted as the endpoint's failures", rep, err)
+			t.Fatalf("Audit: %+v %v; want every proof counted as the endpoint's failure", rep, err)
 		}
 	})
 	t.Run("fork above the published tree", func(t *testing.T) {
@@ -425,4 +440,83 @@ func TestAuditUnpublishedTreesAreNotEndpointFailures(t *testing.T) {
 			t.Fatalf("Audit of a log forked above its published tree: %v; want an Inconsistency between trees 4 and 5", err)
 		}
 	})
+}
+
+// TestAuditFirstTreeHeadIsChecked: the GET sth read before the archive
+// sorts the proofs built from tiles, and is checked like the one read
+// after it. An old head there does not silence a 503 (only a refusal,
+// 400 or 404, of a tree above it is routine), and a forked head there is
+// an Inconsistency, not a head dropped. (From an attack review, session
+// 45: the first version of the UnpublishedProofs count trusted this head
+// unchecked, and counted any failure above it as routine.)
+func TestAuditFirstTreeHeadIsChecked(t *testing.T) {
+	t.Run("an old head, endpoint down", func(t *testing.T) {
+		l := newFallbackLog(t, 5, sizes(1, 5))
+		l.firstSTH = &l.archive[0]
+		l.consistency, l.tile = down503, l.honestTiles
+		u := l.start(t)
+		rep, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
+		if err != nil || rep.TileProofs != 4 || rep.UnpublishedProofs != 0 ||
+			rep.EndpointError != "GET "+u+tlogfmt.PathPrefix+"consistency?first=1&second=2: HTTP 503: consistency endpoint down" {
+			t.Fatalf("Audit: %+v %v; want the four proofs counted as the endpoint's failures", rep, err)
+		}
+	})
+	t.Run("a forked head", func(t *testing.T) {
+		l := newFallbackLog(t, 5, sizes(1, 5))
+		fork := testonly.New(rfc6962.DefaultHasher)
+		fork.AppendData(leaf(99))
+		forked := signedHead(t, 1, fork.Hash(), time.Date(2026, 12, 6, 1, 0, 1, 0, time.UTC))
+		l.firstSTH = &forked
+		l.consistency, l.tile = down503, l.honestTiles
+		_, err := Audit(context.Background(), Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
+		var inc *Inconsistency
+		if !errors.As(err, &inc) || inc.First != 1 || inc.Second != -1 || inc.Reason != "the tree head GET sth served when the audit began has another root than the archive's" {
+			t.Fatalf("Audit of a log whose first GET sth is a forked tree 1: %v; want an Inconsistency at tree size 1", err)
+		}
+	})
+	t.Run("a forked head behind the pages read (From)", func(t *testing.T) {
+		l := newFallbackLog(t, 5, sizes(1, 5))
+		fork := testonly.New(rfc6962.DefaultHasher)
+		fork.AppendData(leaf(0), leaf(99))
+		forked := signedHead(t, 2, fork.Hash(), time.Date(2026, 12, 6, 1, 0, 1, 0, time.UTC))
+		l.firstSTH = &forked
+		l.tile = l.honestTiles
+		from := l.archive[3]
+		_, err := Audit(context.Background(), Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}, From: &from})
+		var inc *Inconsistency
+		if !errors.As(err, &inc) || inc.First != 2 || !strings.Contains(inc.Reason, "GET sth names tree size 2, behind the archive's newest, and the archive holds no such tree with that root") {
+			t.Fatalf("Audit from tree 4 of a log whose first GET sth is a forked tree 2: %v; want an Inconsistency at tree size 2", err)
+		}
+	})
+	t.Run("unreadable at first: the end's head sorts", func(t *testing.T) {
+		l := newFallbackLog(t, 5, sizes(1, 5))
+		l.published = &l.archive[2]
+		l.firstSTH = &tlogfmt.ArchivedSTH{} // 503 once
+		l.consistency, l.tile = l.publishedOnly, l.honestTiles
+		rep, err := Audit(context.Background(), Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
+		if err != nil || rep.TileProofs != 0 || rep.UnpublishedProofs != 3 || rep.EndpointError != "" {
+			t.Fatalf("Audit of an honest log whose first GET sth failed once: %+v %v; want the three proofs for trees 4 and 5 counted as unpublished", rep, err)
+		}
+	})
+}
+
+// TestAuditServedBadProofWarns: an endpoint that answers a proof for the
+// sizes asked, one that does not verify, did not refuse an unpublished
+// tree: its failure warns whatever the tree. (From the same review.)
+func TestAuditServedBadProofWarns(t *testing.T) {
+	l := newFallbackLog(t, 5, sizes(1, 5))
+	l.published = &l.archive[2]
+	l.tile = l.honestTiles
+	l.consistency = func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if second, _ := strconv.ParseUint(q.Get("second"), 10, 64); second > 3 {
+			fmt.Fprintf(w, `{"log_id":%q,"first":%s,"second":%s,"consistency_proof":[]}`, hostileOrigin, q.Get("first"), q.Get("second"))
+			return
+		}
+		serveConsistency(w, r, l.tree)
+	}
+	rep, err := Audit(context.Background(), Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
+	if err != nil || rep.TileProofs != 3 || rep.UnpublishedProofs != 0 || rep.EndpointError != "consistency proof does not verify: empty proof" {
+		t.Fatalf("Audit of a log serving non-verifying proofs for trees 4 and 5: %+v %v; want the three proofs counted as the endpoint's failures", rep, err)
+	}
 }
