@@ -16,10 +16,10 @@
 // (Report.UnpublishedProofs): the log's GET consistency serves published
 // trees only, so that refusal is routine, and Report.TileProofs counts
 // every other failure. Both GET sth answers, the one read before the
-// archive and the one after, must be archived trees the history extends.
-// The newest GET sth must
-// be in the archive and, with Options.MaxAge, no older than that (a frozen
-// log).
+// archive and the one after, must be archived trees the history extends,
+// and the newest, with Options.MaxAge, no older than that (a frozen log).
+// With Options.From (tlog audit --state) the audit starts at a tree an
+// earlier audit checked, and the log's history must extend it (ADR 0046).
 package tlogaudit
 
 import (
@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -99,7 +100,7 @@ type Report struct {
 	// UnpublishedProofs is how many of them were built from the hash
 	// tiles because GET consistency refused them (HTTP 400 or 404) for a
 	// larger tree above the one GET sth published when the audit began
-	// (read again at its end when that failed): a log signs and archives
+	// (read again at the first such proof when that failed): a log signs and archives
 	// a tree before it publishes it (after its witnesses cosign), and
 	// serves consistency proofs only up to the published one. Routine on
 	// a log taking writes or waiting for a witness; not counted in
@@ -158,11 +159,15 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	var rep Report
 	pr := &prover{opts: opts, base: base, rep: &rep}
 	// GET sth before the archive: the tree the log had published when
-	// the audit began (it sorts the proofs built from tiles, classify),
-	// checked against the archive like the GET sth read at the end.
+	// the audit began (it sorts the proofs built from tiles,
+	// proveConsistency), checked against the archive like the GET sth
+	// read at the end.
 	// One that cannot be read or does not verify is left out (firstErr):
 	// the GET sth read at the end is judged in full.
 	_, first, _, firstErr := readHead(ctx, opts, base)
+	if firstErr == nil {
+		pr.published, pr.publishedKnown = first.TreeSize, true
+	}
 	firstSeen := false
 	var prev *checked
 	after := ""
@@ -248,11 +253,6 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	if err := pr.checkHead(ctx, sth, *prev); err != nil {
 		return rep, err
 	}
-	published := sth.TreeSize
-	if firstErr == nil {
-		published = first.TreeSize
-	}
-	pr.classify(published)
 	var cos []tlogfmt.Cosignature
 	if opts.WitnessesRequired > 0 {
 		// The published checkpoint (GET sth) carries the cosignatures; the
@@ -380,14 +380,11 @@ type prover struct {
 	down error
 	// tiles reads the log's hash tiles (tileProof), made at first use.
 	tiles *client.HTTPFetcher
-	// fromTiles are the proofs built from tiles, each with the larger
-	// tree's size and the endpoint failure it followed (classify).
-	fromTiles []tileProofCause
-}
-
-type tileProofCause struct {
-	size  uint64
-	cause error
+	// published is the tree size GET sth published when the audit
+	// began, once known (publishedSize; math.MaxUint64 when it could not
+	// be read).
+	published      uint64
+	publishedKnown bool
 }
 
 // checkPair checks that b extends a, counting the proof it verifies in
@@ -407,8 +404,8 @@ func (p *prover) checkPair(ctx context.Context, a, b checked) error {
 // a.size) with the log's own proof (GET consistency) or, when that fails,
 // with one built from its hash tiles (tileProof, ADR 0045), and counts it
 // in p.rep (nothing when a is the empty tree, whose root it checks
-// instead; a proof from tiles in p.fromTiles, counted by classify). Only the two signed roots and the log's data decide: an
-// answer that is not a proof (a status, a timeout, a proof for other
+// instead; one from tiles in TileProofs or UnpublishedProofs). Only the
+// two signed roots and the log's data decide: an answer that is not a proof (a status, a timeout, a proof for other
 // sizes) says nothing about them, and a proof for these sizes that does
 // not verify is an Inconsistency only when the tiles do not show the pair
 // consistent. Errors: an *Inconsistency when the log is at fault; any
@@ -459,30 +456,33 @@ func (p *prover) proveConsistency(ctx context.Context, a, b checked) error {
 		return bad("%s, and the proof built from the log's hash tiles does not verify: %v", why, err)
 	}
 	p.rep.ConsistencyProofs++
-	p.fromTiles = append(p.fromTiles, tileProofCause{size: b.size, cause: p.down})
+	// The log serves proofs up to its published tree only and refuses
+	// larger ones (400, 404): routine, not the endpoint's failure. A 5xx,
+	// a timeout, or a proof that does not verify is, whatever the tree.
+	var he *httpError
+	if b.size > p.publishedSize(ctx) && errors.As(p.down, &he) && (he.status == http.StatusBadRequest || he.status == http.StatusNotFound) {
+		p.rep.UnpublishedProofs++
+		return nil
+	}
+	if p.rep.EndpointError == "" {
+		p.rep.EndpointError = p.down.Error()
+	}
+	p.rep.TileProofs++
 	return nil
 }
 
-// classify counts the proofs built from tiles (p.fromTiles) once the
-// audit passed: in p.rep.UnpublishedProofs when the larger tree was above
-// published (the tree GET sth served when the audit began) and the
-// endpoint had refused the proof (HTTP 400 or 404: a log serves proofs
-// up to its published tree only, and refuses larger ones), else in
-// p.rep.TileProofs, with the first such failure in p.rep.EndpointError.
-// A 5xx, a timeout, or a proof that does not verify is always the
-// endpoint's failure, whatever the tree.
-func (p *prover) classify(published uint64) {
-	for _, t := range p.fromTiles {
-		var he *httpError
-		if t.size > published && errors.As(t.cause, &he) && (he.status == http.StatusBadRequest || he.status == http.StatusNotFound) {
-			p.rep.UnpublishedProofs++
-			continue
+// publishedSize returns the size of the tree GET sth published when the
+// audit began: read before the archive, or, when that read failed, at
+// the first proof built from tiles; math.MaxUint64 (every proof from
+// tiles is the endpoint's failure) when that failed too.
+func (p *prover) publishedSize(ctx context.Context) uint64 {
+	if !p.publishedKnown {
+		p.publishedKnown, p.published = true, math.MaxUint64
+		if _, h, _, err := readHead(ctx, p.opts, p.base); err == nil {
+			p.published = h.TreeSize
 		}
-		if p.rep.EndpointError == "" {
-			p.rep.EndpointError = t.cause.Error()
-		}
-		p.rep.TileProofs++
 	}
+	return p.published
 }
 
 // maxConsistencyBytes bounds a GET consistency answer: a proof holds at

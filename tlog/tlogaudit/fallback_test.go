@@ -488,7 +488,7 @@ func TestAuditFirstTreeHeadIsChecked(t *testing.T) {
 			t.Fatalf("Audit from tree 4 of a log whose first GET sth is a forked tree 2: %v; want an Inconsistency at tree size 2", err)
 		}
 	})
-	t.Run("unreadable at first: the end's head sorts", func(t *testing.T) {
+	t.Run("unreadable at first: read again at the first proof from tiles", func(t *testing.T) {
 		l := newFallbackLog(t, 5, sizes(1, 5))
 		l.published = &l.archive[2]
 		l.firstSTH = &tlogfmt.ArchivedSTH{} // 503 once
