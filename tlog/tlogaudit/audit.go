@@ -100,7 +100,7 @@ type Report struct {
 	// UnpublishedProofs is how many of them were built from the hash
 	// tiles because GET consistency refused them (HTTP 400 or 404) for a
 	// larger tree above the one GET sth published when the audit began
-	// (read again at the first such proof when that failed): a log signs and archives
+	// (none when that GET sth could not be read): a log signs and archives
 	// a tree before it publishes it (after its witnesses cosign), and
 	// serves consistency proofs only up to the published one. Routine on
 	// a log taking writes or waiting for a witness; not counted in
@@ -157,16 +157,20 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	}
 	base := strings.TrimSuffix(opts.BaseURL, "/") + tlogfmt.PathPrefix
 	var rep Report
-	pr := &prover{opts: opts, base: base, rep: &rep}
+	pr := &prover{opts: opts, base: base, rep: &rep, published: math.MaxUint64}
 	// GET sth before the archive: the tree the log had published when
-	// the audit began (it sorts the proofs built from tiles,
-	// proveConsistency), checked against the archive like the GET sth
-	// read at the end.
-	// One that cannot be read or does not verify is left out (firstErr):
-	// the GET sth read at the end is judged in full.
+	// the audit began. It sorts the proofs built from tiles
+	// (proveConsistency), and it is a signed head like any other: one
+	// that does not verify is an Inconsistency, and it must be an
+	// archived tree (below). One that cannot be read (a status, a
+	// timeout) sorts nothing: every proof from tiles then warns.
 	_, first, _, firstErr := readHead(ctx, opts, base)
+	var inc *Inconsistency
+	if errors.As(firstErr, &inc) {
+		return rep, inc
+	}
 	if firstErr == nil {
-		pr.published, pr.publishedKnown = first.TreeSize, true
+		pr.published = first.TreeSize
 	}
 	firstSeen := false
 	var prev *checked
@@ -236,8 +240,16 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	}
 	rep.TreeSize, rep.RootHash = prev.size, prev.root
 
-	if firstErr == nil && !firstSeen {
-		// Not in the pages read (behind From, or left out of the
+	switch {
+	case firstErr != nil || firstSeen:
+	case first.TreeSize > prev.size:
+		// A log archives a tree when it signs it, before it publishes
+		// it: an archive read after GET sth published this tree ends
+		// below it only when the log rolled back (or published a tree it
+		// never archived, which no verifier can hold it to).
+		return rep, &Inconsistency{First: int64(first.TreeSize), Second: -1, Reason: fmt.Sprintf("GET sth published this tree when the audit began, and the STH archive read after it ends at tree size %d: the log rolled back", prev.size)}
+	default:
+		// Behind the pages read (behind From, or left out of the
 		// archive): looked up, and proved, as the final GET sth is.
 		if err := pr.checkHead(ctx, first, *prev); err != nil {
 			return rep, err
@@ -381,10 +393,8 @@ type prover struct {
 	// tiles reads the log's hash tiles (tileProof), made at first use.
 	tiles *client.HTTPFetcher
 	// published is the tree size GET sth published when the audit
-	// began, once known (publishedSize; math.MaxUint64 when it could not
-	// be read).
-	published      uint64
-	publishedKnown bool
+	// began (math.MaxUint64 when it could not be read).
+	published uint64
 }
 
 // checkPair checks that b extends a, counting the proof it verifies in
@@ -460,7 +470,7 @@ func (p *prover) proveConsistency(ctx context.Context, a, b checked) error {
 	// larger ones (400, 404): routine, not the endpoint's failure. A 5xx,
 	// a timeout, or a proof that does not verify is, whatever the tree.
 	var he *httpError
-	if b.size > p.publishedSize(ctx) && errors.As(p.down, &he) && (he.status == http.StatusBadRequest || he.status == http.StatusNotFound) {
+	if b.size > p.published && errors.As(p.down, &he) && (he.status == http.StatusBadRequest || he.status == http.StatusNotFound) {
 		p.rep.UnpublishedProofs++
 		return nil
 	}
@@ -469,20 +479,6 @@ func (p *prover) proveConsistency(ctx context.Context, a, b checked) error {
 	}
 	p.rep.TileProofs++
 	return nil
-}
-
-// publishedSize returns the size of the tree GET sth published when the
-// audit began: read before the archive, or, when that read failed, at
-// the first proof built from tiles; math.MaxUint64 (every proof from
-// tiles is the endpoint's failure) when that failed too.
-func (p *prover) publishedSize(ctx context.Context) uint64 {
-	if !p.publishedKnown {
-		p.publishedKnown, p.published = true, math.MaxUint64
-		if _, h, _, err := readHead(ctx, p.opts, p.base); err == nil {
-			p.published = h.TreeSize
-		}
-	}
-	return p.published
 }
 
 // maxConsistencyBytes bounds a GET consistency answer: a proof holds at

@@ -488,14 +488,55 @@ func TestAuditFirstTreeHeadIsChecked(t *testing.T) {
 			t.Fatalf("Audit from tree 4 of a log whose first GET sth is a forked tree 2: %v; want an Inconsistency at tree size 2", err)
 		}
 	})
-	t.Run("unreadable at first: read again at the first proof from tiles", func(t *testing.T) {
+	t.Run("unreadable: it sorts nothing", func(t *testing.T) {
+		// A GET sth that could not be read says nothing of what the log
+		// had published: every proof from tiles warns (a second read
+		// later would be a head of another moment, and one more to check;
+		// the first version of this did that, and an attack review found
+		// it unchecked). The verdict is the same.
 		l := newFallbackLog(t, 5, sizes(1, 5))
 		l.published = &l.archive[2]
 		l.firstSTH = &tlogfmt.ArchivedSTH{} // 503 once
 		l.consistency, l.tile = l.publishedOnly, l.honestTiles
-		rep, err := Audit(context.Background(), Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
-		if err != nil || rep.TileProofs != 0 || rep.UnpublishedProofs != 3 || rep.EndpointError != "" {
-			t.Fatalf("Audit of an honest log whose first GET sth failed once: %+v %v; want the three proofs for trees 4 and 5 counted as unpublished", rep, err)
+		u := l.start(t)
+		rep, err := Audit(context.Background(), Options{BaseURL: u, Keys: []tlogfmt.LogKey{hostileKey(t)}})
+		if err != nil || rep.TileProofs != 3 || rep.UnpublishedProofs != 0 ||
+			rep.EndpointError != "GET "+u+tlogfmt.PathPrefix+"consistency?first=3&second=4: HTTP 400: need 0 < first <= second <= the newest published tree size" {
+			t.Fatalf("Audit of an honest log whose first GET sth failed: %+v %v; want exit 0, the three proofs for trees 4 and 5 warned about", rep, err)
+		}
+	})
+	t.Run("split view: an STH and a checkpoint of two trees of size 3", func(t *testing.T) {
+		l := newFallbackLog(t, 5, sizes(1, 5))
+		fork := testonly.New(rfc6962.DefaultHasher)
+		fork.AppendData(leaf(0), leaf(1), leaf(99))
+		forked := signedHead(t, 3, fork.Hash(), time.Date(2026, 12, 6, 1, 0, 2, 0, time.UTC))
+		l.firstSTH = &tlogfmt.ArchivedSTH{TreeSize: 3, STH: l.archive[2].STH, Checkpoint: forked.Checkpoint}
+		l.tile = l.honestTiles
+		_, err := Audit(context.Background(), Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
+		var inc *Inconsistency
+		if !errors.As(err, &inc) || inc.First != 3 || !strings.HasPrefix(inc.Reason, "GET sth: the checkpoint does not verify or names another tree") {
+			t.Fatalf("Audit of a log whose first GET sth pairs an STH and a checkpoint of different trees: %v; want an Inconsistency at tree size 3", err)
+		}
+	})
+	t.Run("a head above the archive read after it: rolled back", func(t *testing.T) {
+		// Published tree 8 (a fork of the archive's 5), then the archive
+		// and GET sth end at 5 again. Each head extends tree 5, so only
+		// the archive's duty to hold every published tree shows it; the
+		// same rule refuses two trees of size 8 in one audit.
+		l := newFallbackLog(t, 5, sizes(1, 5))
+		fork := testonly.New(rfc6962.DefaultHasher)
+		for i := range 5 {
+			fork.AppendData(leaf(i))
+		}
+		fork.AppendData(leaf(100), leaf(101), leaf(102))
+		eight := signedHead(t, 8, fork.Hash(), time.Date(2026, 12, 6, 1, 0, 30, 0, time.UTC))
+		l.firstSTH = &eight
+		l.tile = l.honestTiles
+		_, err := Audit(context.Background(), Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{hostileKey(t)}})
+		var inc *Inconsistency
+		if !errors.As(err, &inc) || inc.First != 8 || inc.Second != -1 ||
+			inc.Reason != "GET sth published this tree when the audit began, and the STH archive read after it ends at tree size 5: the log rolled back" {
+			t.Fatalf("Audit of a log that published tree 8 and rolled back to 5: %v; want an Inconsistency at tree size 8", err)
 		}
 	})
 }
