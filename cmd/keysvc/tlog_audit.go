@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,7 +60,8 @@ which a log that rewrote its whole history under its key passes. FILE is
 written (atomically) after exit 0 only, and left as it was otherwise, so
 an INCONSISTENT run keeps the tree it contradicts; it never goes back to
 a smaller tree (runs that overlap keep the larger; FILE.lock serializes
-them); a missing FILE starts from the whole archive. Keep FILE where only
+them; two runs shown two trees of one size are INCONSISTENT); a missing
+FILE starts from the whole archive. Keep FILE where only
 the monitor writes.
 
 The whole audit gives up after --deadline (default 1h): a log that serves
@@ -129,7 +131,12 @@ verify under --log-key, or cannot be written).`,
 				return exitError{2}
 			}
 			if statePath != "" {
-				if err := saveAuditState(statePath, rep.Newest); err != nil {
+				err := saveAuditState(statePath, rep.Newest, keys)
+				if errors.As(err, &inc) {
+					fmt.Fprintln(cmd.OutOrStdout(), "INCONSISTENT:", inc.Error())
+					return exitError{1}
+				}
+				if err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: audit could not run: --state: the log checked out (newest tree size %d), but %v\n", rep.TreeSize, err)
 					return exitError{2}
 				}
@@ -180,9 +187,12 @@ func readAuditState(path string) (*tlogfmt.ArchivedSTH, error) {
 // file already holds a larger tree: audits that overlap (a cron run
 // still going when the next starts) must not move the monitor's memory
 // back to a tree it has seen extended, or it would accept a rewrite of
-// what it verified since. An exclusive flock on path + ".lock" orders the
-// read and the replacement (writeFileAtomic) against other runs.
-func saveAuditState(path string, newest tlogfmt.ArchivedSTH) error {
+// what it verified since. A file that holds another tree of newest's
+// size (both STHs verifying under keys, their roots different) is an
+// *tlogaudit.Inconsistency: the log showed two overlapping runs two trees
+// of one size. An exclusive flock on path + ".lock" orders the read and
+// the replacement (writeFileAtomic) against other runs.
+func saveAuditState(path string, newest tlogfmt.ArchivedSTH, keys []tlogfmt.LogKey) error {
 	unlock, err := lockFileExclusive(path + ".lock")
 	if err != nil {
 		return err
@@ -191,6 +201,13 @@ func saveAuditState(path string, newest tlogfmt.ArchivedSTH) error {
 	cur, err := readAuditState(path)
 	if err != nil {
 		return fmt.Errorf("%v (left as it is)", err)
+	}
+	if cur != nil && cur.TreeSize == newest.TreeSize && cur.STH != newest.STH {
+		a, _, errA := tlogfmt.VerifySTH(cur.STH, keys)
+		b, _, errB := tlogfmt.VerifySTH(newest.STH, keys)
+		if errA == nil && errB == nil && !bytes.Equal(a.RootHash, b.RootHash) {
+			return &tlogaudit.Inconsistency{First: int64(newest.TreeSize), Second: -1, Reason: fmt.Sprintf("--state %s holds another tree of this size, kept by an audit that ran alongside this one: the log showed the two audits two trees of one size", path)}
+		}
 	}
 	if cur != nil && cur.TreeSize >= newest.TreeSize {
 		return nil

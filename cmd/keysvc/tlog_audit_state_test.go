@@ -1,12 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/keysvc/keysvc/signer"
+	"github.com/keysvc/keysvc/tlog/tlogaudit"
 	"github.com/keysvc/keysvc/tlog/tlogfmt"
 )
 
@@ -31,7 +38,7 @@ func TestSaveAuditStateNeverGoesBack(t *testing.T) {
 		return kept.TreeSize
 	}
 	for _, step := range []struct{ save, want uint64 }{{6, 6}, {9, 9}, {6, 9}, {9, 9}, {12, 12}} {
-		if err := saveAuditState(path, head(step.save)); err != nil {
+		if err := saveAuditState(path, head(step.save), nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := read(); got != step.want {
@@ -44,7 +51,7 @@ func TestSaveAuditStateNeverGoesBack(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := saveAuditState(path, head(n)); err != nil {
+			if err := saveAuditState(path, head(n), nil); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -57,10 +64,52 @@ func TestSaveAuditStateNeverGoesBack(t *testing.T) {
 	if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := saveAuditState(path, head(41)); err == nil {
+	if err := saveAuditState(path, head(41), nil); err == nil {
 		t.Fatal("saving over a damaged state file: no error")
 	}
 	if b, _ := os.ReadFile(path); string(b) != "{" {
 		t.Fatalf("a damaged state file was replaced: %q", b)
+	}
+}
+
+// TestSaveAuditStateTwoTreesOfOneSize: two overlapping runs that each
+// checked a tree of size 9, with different roots: the log showed them two
+// trees of one size. The run that saves second finds the other's tree in
+// the file: INCONSISTENT, and the file keeps the first.
+func TestSaveAuditStateTwoTreesOfOneSize(t *testing.T) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	key, err := tlogfmt.NewLogKey("log.example.test/state", priv.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := signer.NewJWSSigner(key.KID, signer.AlgEdDSA, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := func(root byte, ts time.Time) tlogfmt.ArchivedSTH {
+		sth, err := tlogfmt.SignSTH(js, tlogfmt.STH{LogID: key.Origin, TreeSize: 9, RootHash: bytes.Repeat([]byte{root}, 32), Timestamp: ts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tlogfmt.ArchivedSTH{TreeSize: 9, STH: sth, Checkpoint: "checkpoint"}
+	}
+	t0 := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	path := filepath.Join(t.TempDir(), "audit-state.json")
+	keys := []tlogfmt.LogKey{key}
+	if err := saveAuditState(path, head(0x01, t0), keys); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	// The same tree in another STH (re-signed later): kept, no error.
+	if err := saveAuditState(path, head(0x01, t0.Add(time.Minute)), keys); err != nil {
+		t.Fatalf("the same tree of size 9 in another STH: %v", err)
+	}
+	err = saveAuditState(path, head(0x02, t0), keys)
+	var inc *tlogaudit.Inconsistency
+	if !errors.As(err, &inc) || inc.First != 9 || inc.Second != -1 {
+		t.Fatalf("another tree of size 9: %v; want an Inconsistency at tree size 9", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
+		t.Fatalf("the state file changed: %s", after)
 	}
 }
