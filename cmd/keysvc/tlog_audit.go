@@ -36,9 +36,8 @@ proof is built from its hash tiles, /tile/..., instead, so a log cannot
 hide a fork by failing just the proofs that would show it). A warning on
 stderr counts such proofs for trees the log had published (GET sth, read
 first); its endpoint's refusals for trees signed but not yet published
-are routine and not warned about. The log's
-current STH must extend
-the archive. With --witnesses-required K, the newest checkpoint must carry
+are routine and not warned about. The log's current STH must extend the
+archive. With --witnesses-required K, the newest checkpoint must carry
 K valid cosignatures from --witness-key (the published checkpoint, GET sth),
 counted by public key: a cosignature line does not sign the witness's name,
 so a key listed twice, under one name or two, is refused (exit 2). A
@@ -61,8 +60,8 @@ written (atomically) after exit 0 only, and left as it was otherwise, so
 an INCONSISTENT run keeps the tree it contradicts; it never goes back to
 a smaller tree (runs that overlap keep the larger; FILE.lock serializes
 them; two runs shown two trees of one size are INCONSISTENT); a missing
-FILE starts from the whole archive. Keep FILE where only
-the monitor writes.
+FILE starts from the whole archive. Keep FILE where only the monitor
+writes.
 
 The whole audit gives up after --deadline (default 1h): a log that serves
 an archive without end, or answers each request just inside --timeout,
