@@ -164,7 +164,7 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	// that does not verify is an Inconsistency, and it must be an
 	// archived tree (below). One that cannot be read (a status, a
 	// timeout) sorts nothing: every proof from tiles then warns.
-	_, first, _, firstErr := readHead(ctx, opts, base)
+	_, first, firstErr := readHead(ctx, opts, base)
 	var inc *Inconsistency
 	if errors.As(firstErr, &inc) {
 		return rep, inc
@@ -258,7 +258,7 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 
 	// The newest STH the log serves must be archived: GET sth may be
 	// newer than the last page read, so look it up by size.
-	latest, sth, _, err := readHead(ctx, opts, base)
+	latest, sth, err := readHead(ctx, opts, base)
 	if err != nil {
 		return rep, err
 	}
@@ -288,20 +288,20 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 // its checkpoint naming the same tree. Errors: *Inconsistency when the
 // log served a head that does not verify; any other error when it could
 // not be read.
-func readHead(ctx context.Context, opts Options, base string) (tlogfmt.STHResponse, tlogfmt.STH, tlogfmt.LogKey, error) {
+func readHead(ctx context.Context, opts Options, base string) (tlogfmt.STHResponse, tlogfmt.STH, error) {
 	var latest tlogfmt.STHResponse
 	if err := getJSON(ctx, opts.Client, base+tlogfmt.EndpointSTH, &latest); err != nil {
-		return latest, tlogfmt.STH{}, tlogfmt.LogKey{}, err
+		return latest, tlogfmt.STH{}, err
 	}
 	sth, key, err := tlogfmt.VerifySTH(latest.STH, opts.Keys)
 	if err != nil {
-		return latest, sth, key, &Inconsistency{First: -1, Second: -1, Reason: "GET sth: " + err.Error()}
+		return latest, sth, &Inconsistency{First: -1, Second: -1, Reason: "GET sth: " + err.Error()}
 	}
 	cp, err := tlogfmt.VerifyCheckpoint(latest.Checkpoint, key)
 	if err != nil || cp.TreeSize != sth.TreeSize || !bytes.Equal(cp.RootHash, sth.RootHash) {
-		return latest, sth, key, &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: fmt.Sprintf("GET sth: the checkpoint does not verify or names another tree (%v)", err)}
+		return latest, sth, &Inconsistency{First: int64(sth.TreeSize), Second: -1, Reason: fmt.Sprintf("GET sth: the checkpoint does not verify or names another tree (%v)", err)}
 	}
-	return latest, sth, key, nil
+	return latest, sth, nil
 }
 
 // checkHead checks a tree head GET sth served against newest, the
