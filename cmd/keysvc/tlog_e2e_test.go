@@ -316,17 +316,7 @@ func TestTlogAuditDetectsTampering(t *testing.T) {
 		}
 		time.Sleep(350 * time.Millisecond) // a checkpoint per batch (interval 200ms)
 	}
-	// Wait until the last batch is in a published tree.
-	for i := 0; ; i++ {
-		code, body := httpGet(t, srv.URL+tlogfmt.PathPrefix+"sth")
-		if code == http.StatusOK && strings.Contains(body, "\\n12\\n") {
-			break
-		}
-		if i > 100 {
-			t.Fatalf("tree did not reach 12 entries: %s", body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitPublished(t, srv.URL, 12) // the last batch is in a published tree
 	vkey := srv.VKey
 	code, metrics := httpGet(t, srv.URL+"/metrics")
 	for _, m := range []string{"keysvc_tlog_operator_published_tree_size 12", "keysvc_tlog_operator_integrated_tree_size 12",
