@@ -2,9 +2,11 @@
 
 package main
 
+import "context"
+
 // lockDataDir is a no-op where keysvc does not use flock(2): a second
 // serve on one SQLite data directory is not detected there.
 func lockDataDir(string) (func(), error) { return func() {}, nil }
 
 // lockFileExclusive is a no-op where keysvc does not use flock(2).
-func lockFileExclusive(string) (func(), error) { return func() {}, nil }
+func lockFileExclusive(context.Context, string) (func(), error) { return func() {}, nil }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // dataDirLockFile is the file in a SQLite data directory that a running
@@ -45,16 +47,31 @@ func lockDataDir(dir string) (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// lockFileExclusive waits for an exclusive flock(2) on path (created if
-// missing, mode 0600) and returns its release.
-func lockFileExclusive(path string) (unlock func(), err error) {
+// lockFileExclusive takes an exclusive flock(2) on path (created if
+// missing, mode 0600) and returns its release. While another open file
+// holds it, it tries again every lockRetry until ctx is done, then fails
+// with ErrLockHeld wrapped with the path.
+func lockFileExclusive(ctx context.Context, path string) (unlock func(), err error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("locking %s: %w", path, err)
+	t := time.NewTicker(lockRetry)
+	defer t.Stop()
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("locking %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("%s: %w", path, ErrLockHeld)
+		case <-t.C:
+		}
 	}
-	return func() { f.Close() }, nil
 }

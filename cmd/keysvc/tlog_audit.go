@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -57,11 +57,14 @@ it, an archive ending below it is a rollback). Without it each audit
 checks only that the history served today is consistent with itself,
 which a log that rewrote its whole history under its key passes. FILE is
 written (atomically) after exit 0 only, and left as it was otherwise, so
-an INCONSISTENT run keeps the tree it contradicts; it never goes back to
-a smaller tree (runs that overlap keep the larger; FILE.lock serializes
-them; two runs shown two trees of one size are INCONSISTENT); a missing
-FILE starts from the whole archive. Keep FILE where only the monitor
-writes.
+an INCONSISTENT run keeps the tree it contradicts; a missing FILE starts
+from the whole archive. Runs with one FILE take turns: each holds
+FILE.lock from before it reads FILE until after it writes it, and a run
+waits for the lock until --deadline (then exit 2), so overlapping cron
+runs each check the log against the tree the one before kept. A symbolic
+link is followed: the file it leads to is replaced. Keep FILE where only
+the monitor writes; a FILE changed during a run by something that does
+not take the lock is left as it is (exit 2).
 
 The whole audit gives up after --deadline (default 1h): a log that serves
 an archive without end, or answers each request just inside --timeout,
@@ -108,10 +111,16 @@ verify under --log-key, or cannot be written).`,
 				ctx, cancel = context.WithTimeout(ctx, deadline)
 				defer cancel()
 			}
-			from, err := readAuditState(statePath)
-			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "keysvc: audit could not run:", err)
-				return exitError{2}
+			var state *auditState
+			var from *tlogfmt.ArchivedSTH
+			if statePath != "" {
+				st, err := openAuditState(ctx, statePath)
+				if err != nil {
+					fmt.Fprintln(cmd.ErrOrStderr(), "keysvc: audit could not run:", err)
+					return exitError{2}
+				}
+				defer st.close()
+				state, from = st, st.from
 			}
 			rep, err := tlogaudit.Audit(ctx, tlogaudit.Options{BaseURL: args[0], Keys: keys, WitnessVKeys: witnessKeys, WitnessesRequired: required, MaxAge: maxAge, Client: sameorigin.Client(timeout), From: from})
 			var inc *tlogaudit.Inconsistency
@@ -129,13 +138,8 @@ verify under --log-key, or cannot be written).`,
 				fmt.Fprintln(cmd.ErrOrStderr(), "keysvc: audit could not run:", err)
 				return exitError{2}
 			}
-			if statePath != "" {
-				err := saveAuditState(statePath, rep.Newest, keys)
-				if errors.As(err, &inc) {
-					fmt.Fprintln(cmd.OutOrStdout(), "INCONSISTENT:", inc.Error())
-					return exitError{1}
-				}
-				if err != nil {
+			if state != nil {
+				if err := state.save(rep.Newest); err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: audit could not run: --state: the log checked out (newest tree size %d), but %v\n", rep.TreeSize, err)
 					return exitError{2}
 				}
@@ -182,41 +186,105 @@ func readAuditState(path string) (*tlogfmt.ArchivedSTH, error) {
 	return &from, nil
 }
 
-// saveAuditState keeps newest in the --state file at path, unless the
-// file already holds a larger tree: audits that overlap (a cron run
-// still going when the next starts) must not move the monitor's memory
-// back to a tree it has seen extended, or it would accept a rewrite of
-// what it verified since. A file that holds another tree of newest's
-// size (both STHs verifying under keys, their roots different) is an
-// *tlogaudit.Inconsistency: the log showed two overlapping runs two trees
-// of one size. An exclusive flock on path + ".lock" orders the read and
-// the replacement (writeFileAtomic) against other runs.
-func saveAuditState(path string, newest tlogfmt.ArchivedSTH, keys []tlogfmt.LogKey) error {
-	unlock, err := lockFileExclusive(path + ".lock")
+// auditState is the --state file of one tlog audit run, held from before
+// it is read until after it is replaced: an exclusive flock on FILE.lock
+// (lockFileExclusive), so runs that overlap (a cron run still going when
+// the next one starts) take turns, and each audits the log from the tree
+// the run before it kept. Without the turns two runs could start from
+// one tree, be shown two forks of the log, and each keep its own: the
+// larger would be saved without ever being checked against the smaller.
+type auditState struct {
+	path   string               // FILE, symbolic links resolved
+	from   *tlogfmt.ArchivedSTH // what FILE held when the run began; nil: no file yet
+	unlock func()
+}
+
+// openAuditState resolves path's symbolic links (the file they lead to is
+// the one replaced, and its lock is beside it), takes the lock, waiting
+// while another run holds it until ctx is done (the --deadline), then
+// reads the file (readAuditState).
+func openAuditState(ctx context.Context, path string) (*auditState, error) {
+	resolved, err := resolveSymlinks(path)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("--state: %w", err)
 	}
-	defer unlock()
-	cur, err := readAuditState(path)
+	unlock, err := lockFileExclusive(ctx, resolved+".lock")
+	if errors.Is(err, ErrLockHeld) {
+		return nil, fmt.Errorf("--state: another tlog audit with this file is still running: %w", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--state: %w", err)
+	}
+	from, err := readAuditState(resolved)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	return &auditState{path: resolved, from: from, unlock: unlock}, nil
+}
+
+// close releases the lock.
+func (s *auditState) close() { s.unlock() }
+
+// save replaces the file with newest, the newest archived STH of an
+// audit that passed from s.from (so newest extends it, or is it). The
+// file is left as it is, with an error, when it no longer holds s.from:
+// something that does not take the lock wrote it during the run, and
+// which of the two trees the monitor should keep is not this run's to
+// decide.
+func (s *auditState) save(newest tlogfmt.ArchivedSTH) error {
+	cur, err := readAuditState(s.path)
 	if err != nil {
 		return fmt.Errorf("%v (left as it is)", err)
 	}
-	if cur != nil && cur.TreeSize == newest.TreeSize && cur.STH != newest.STH {
-		a, _, errA := tlogfmt.VerifySTH(cur.STH, keys)
-		b, _, errB := tlogfmt.VerifySTH(newest.STH, keys)
-		if errA == nil && errB == nil && !bytes.Equal(a.RootHash, b.RootHash) {
-			return &tlogaudit.Inconsistency{First: int64(newest.TreeSize), Second: -1, Reason: fmt.Sprintf("--state %s holds another tree of this size, kept by an audit that ran alongside this one: the log showed the two audits two trees of one size", path)}
-		}
+	if !sameArchivedSTH(cur, s.from) {
+		return fmt.Errorf("%s changed during the audit, written by something that does not take %s.lock (left as it is)", s.path, s.path)
 	}
-	if cur != nil && cur.TreeSize >= newest.TreeSize {
-		return nil
+	if s.from != nil {
+		if newest.TreeSize < s.from.TreeSize {
+			return fmt.Errorf("the audit's newest tree (size %d) is smaller than the one it started from (%d) (left as it is)", newest.TreeSize, s.from.TreeSize)
+		}
+		if sameArchivedSTH(&newest, s.from) {
+			return nil
+		}
 	}
 	b, err := json.Marshal(newest)
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(path, append(b, '\n')); err != nil {
-		return fmt.Errorf("%s could not be written: %w", path, err)
+	if err := writeFileAtomic(s.path, append(b, '\n')); err != nil {
+		return fmt.Errorf("%s could not be written: %w", s.path, err)
 	}
 	return nil
+}
+
+func sameArchivedSTH(a, b *tlogfmt.ArchivedSTH) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// resolveSymlinks follows path while it is a symbolic link, also to a
+// file that does not exist yet (a link made before the first run), and
+// returns where it leads.
+func resolveSymlinks(path string) (string, error) {
+	for range 40 {
+		fi, err := os.Lstat(path)
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode()&fs.ModeSymlink == 0) {
+			return path, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		target, err := os.Readlink(path)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = target
+	}
+	return "", fmt.Errorf("%s: too many levels of symbolic links", path)
 }
