@@ -15,9 +15,11 @@ import (
 // Exit statuses of every keysvc command (ADR 0031): 0 success, 1 the
 // command ran and failed (or found a problem), 2 the command line is wrong
 // (unknown command or flag, missing or stray argument, missing required
-// flag, missing confirmation) and nothing was done. verify, receipt prove
-// and tlog audit keep their documented meaning of 2 (partially verified);
-// a usage error there exits 1 (annotation usageExitAnnotation).
+// flag, missing confirmation) and nothing was done. verify and receipt
+// prove keep their documented meaning of 2 (partially verified); a usage
+// error there exits 1 (annotation usageExitAnnotation). tlog audit's 2
+// means "the audit could not run", which a usage error is: it exits 2,
+// and 1 stays the verdict INCONSISTENT or STALE alone.
 const (
 	exitUsage           = 2
 	usageExitAnnotation = "keysvc/usage-exit"
@@ -89,7 +91,7 @@ func finalizeCLI(root *cobra.Command) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		switch c.CommandPath() {
-		case "keysvc verify", "keysvc receipt prove", "keysvc tlog audit":
+		case "keysvc verify", "keysvc receipt prove":
 			if c.Annotations == nil {
 				c.Annotations = map[string]string{}
 			}

@@ -71,10 +71,11 @@ an archive without end, or answers each request just inside --timeout,
 cannot hold a monitor forever.
 
 Exit status: 0 when the log checks out, 1 naming the first inconsistent
-STH or pair (INCONSISTENT) or a stale newest tree (STALE), 2 when the
-audit could not run (the log did not answer, --deadline passed,
---witness-key is wrong, or the --state file cannot be read, does not
-verify under --log-key, or cannot be written).`,
+STH or pair (INCONSISTENT) or a stale newest tree (STALE), and nothing
+else, 2 when the audit could not run (the command line is wrong, the log
+did not answer, --deadline passed, --witness-key is wrong, or the --state
+file cannot be read, does not verify under --log-key, or cannot be
+written).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if deadline < 0 {
@@ -98,12 +99,12 @@ verify under --log-key, or cannot be written).`,
 				}
 				k, err := tlogfmt.ParseVKey(v)
 				if err != nil {
-					return fmt.Errorf("--log-key %q: %w", lk, err)
+					return usage(cmd, "--log-key %q: %v", lk, err)
 				}
 				keys = append(keys, k)
 			}
 			if len(keys) == 0 {
-				return errors.New("--log-key is required (the log's verifier key, from keysvc tlog keygen, configured out of band)")
+				return usage(cmd, "--log-key is required (the log's verifier key, from keysvc tlog keygen, configured out of band)")
 			}
 			ctx := cmd.Context()
 			if deadline > 0 {

@@ -678,7 +678,7 @@ func TestTlogAuditDeadline(t *testing.T) {
 	if code != 2 || out != "" || !strings.HasPrefix(stderr, want) || !strings.Contains(stderr, "context deadline exceeded") {
 		t.Fatalf("audit of a log that never answers: exit %d, want 2 with %q\n%s%s", code, want, out, stderr)
 	}
-	if _, stderr, code := runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey, "--deadline", "-1s"); code != 1 || !strings.Contains(stderr, "--deadline must not be negative") {
-		t.Fatalf("--deadline -1s: exit %d, want 1 (tlog audit's usage errors, ADR 0031)\n%s", code, stderr)
+	if _, stderr, code := runCLI(t, nil, "tlog", "audit", srv.URL, "--log-key", vkey, "--deadline", "-1s"); code != 2 || !strings.Contains(stderr, "--deadline must not be negative") {
+		t.Fatalf("--deadline -1s: exit %d, want 2 (a usage error: the audit could not run; ADR 0031 addendum)\n%s", code, stderr)
 	}
 }
