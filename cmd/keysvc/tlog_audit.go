@@ -60,9 +60,10 @@ written (atomically) after exit 0 only, and left as it was otherwise, so
 an INCONSISTENT run keeps the tree it contradicts; a missing FILE starts
 from the whole archive. Runs with one FILE take turns: each holds
 FILE.lock from before it reads FILE until after it writes it, and a run
-waits for the lock until --deadline (then exit 2), so overlapping cron
-runs each check the log against the tree the one before kept. A symbolic
-link is followed: the file it leads to is replaced. Keep FILE where only
+waits for the lock until --deadline (then exit 2; with --deadline 0,
+without end), so overlapping cron runs each check the log against the
+tree the one before kept. A symbolic link is followed, as the kernel
+does: the file it leads to is replaced, and its lock is beside it. Keep FILE where only
 the monitor writes; a FILE changed during a run by something that does
 not take the lock is left as it is (exit 2).
 
@@ -268,9 +269,25 @@ func sameArchivedSTH(a, b *tlogfmt.ArchivedSTH) bool {
 
 // resolveSymlinks follows path while it is a symbolic link, also to a
 // file that does not exist yet (a link made before the first run), and
-// returns where it leads.
+// returns where it leads. Each link's directory is resolved first
+// (filepath.EvalSymlinks), and a relative target is taken from that real
+// directory, as the kernel does: "../f" in a directory reached through a
+// symbolic link is beside the real directory, not beside the link's
+// spelling of it.
 func resolveSymlinks(path string) (string, error) {
 	for range 40 {
+		dir, base := ".", path
+		if i := strings.LastIndexByte(path, filepath.Separator); i >= 0 {
+			dir, base = path[:i], path[i+1:]
+			if dir == "" {
+				dir = string(filepath.Separator)
+			}
+		}
+		realDir, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			return "", err
+		}
+		path = filepath.Join(realDir, base) // realDir has no links: ".." in base is its parent
 		fi, err := os.Lstat(path)
 		if errors.Is(err, fs.ErrNotExist) || (err == nil && fi.Mode()&fs.ModeSymlink == 0) {
 			return path, nil
@@ -283,7 +300,8 @@ func resolveSymlinks(path string) (string, error) {
 			return "", err
 		}
 		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(path), target)
+			// Not filepath.Join: cleaning "a/../f" would skip a link at a.
+			target = realDir + string(filepath.Separator) + target
 		}
 		path = target
 	}

@@ -177,6 +177,48 @@ func TestAuditStateFollowsSymlinks(t *testing.T) {
 		t.Fatalf("the lock is not beside the file the link leads to: %v", err)
 	}
 
+	// A relative link in a directory reached through a symbolic link:
+	// "../audit-state.json" is beside the real directory, as the kernel
+	// reads it, not beside the link's spelling of it. (From an attack
+	// review, session 46: the first version joined the target to the
+	// spelling, read no state there, so the whole archive was audited
+	// from scratch, which a log that rewrote its history passes, and
+	// wrote the rewrite's tree to that other file.)
+	root := t.TempDir()
+	realDir := filepath.Join(root, "srv", "monitor", "conf")
+	if err := os.MkdirAll(realDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kept := filepath.Join(root, "srv", "monitor", "audit-state.json")
+	b, _ := json.Marshal(stateHead(6))
+	if err := os.WriteFile(kept, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../audit-state.json", filepath.Join(realDir, "state.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(realDir, filepath.Join(root, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	// And a link whose target passes through that directory link and
+	// back up: "etc/../x" is root/srv/monitor/x to the kernel.
+	if err := os.Symlink("etc/../audit-state.json", filepath.Join(root, "via-etc.json")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(root, "etc", "state.json"), filepath.Join(root, "via-etc.json")} {
+		if got, err := os.ReadFile(p); err != nil || string(got) != string(b) {
+			t.Fatalf("setup: the kernel reads %s as %q %v", p, got, err)
+		}
+		st, err := openAuditState(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.path != kept || st.from == nil || *st.from != stateHead(6) {
+			t.Fatalf("--state %s, which the kernel reads as tree 6 in %s, resolved to %s and read as %+v", p, kept, st.path, st.from)
+		}
+		st.close()
+	}
+
 	loop := filepath.Join(dir, "loop.json")
 	if err := os.Symlink("loop.json", loop); err != nil {
 		t.Fatal(err)
