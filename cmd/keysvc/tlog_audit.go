@@ -210,6 +210,17 @@ func openAuditState(ctx context.Context, path string) (*auditState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--state: %w", err)
 	}
+	// The kernel's view and ours must name one file (or none): reading
+	// another file than the one FILE names would start the audit from the
+	// wrong tree, or from none.
+	kernel, errK := os.Stat(path)
+	ours, errO := os.Stat(resolved)
+	switch {
+	case errK == nil && errO == nil && os.SameFile(kernel, ours):
+	case errors.Is(errK, fs.ErrNotExist) && errors.Is(errO, fs.ErrNotExist):
+	default:
+		return nil, fmt.Errorf("--state: %s resolves to %s, which is not the file the system opens for it (%v, %v)", path, resolved, errK, errO)
+	}
 	unlock, err := lockFileExclusive(ctx, resolved+".lock")
 	if errors.Is(err, ErrLockHeld) {
 		return nil, fmt.Errorf("--state: another tlog audit with this file is still running: %w", err)
