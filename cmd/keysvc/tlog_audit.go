@@ -74,9 +74,12 @@ cannot hold a monitor forever.
 Exit status: 0 when the log checks out, 1 naming the first inconsistent
 STH or pair (INCONSISTENT) or a stale newest tree (STALE), and nothing
 else, 2 when the audit could not run (the command line is wrong, the log
-did not answer, --deadline passed, --witness-key is wrong, or the --state
-file cannot be read, does not verify under --log-key, or cannot be
-written).`,
+did not answer, --deadline passed, --witness-key is wrong, the first tree
+head read is signed by a key that is none of --log-key while nothing
+signed under them has verified yet (another log's key, or a log that
+changed its key: with a --state tree that verifies, such a head is
+INCONSISTENT), or the --state file cannot be read, does not verify under
+--log-key, or cannot be written).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if deadline < 0 {

@@ -120,12 +120,20 @@ type Report struct {
 // any other error when the audit could not run (network, bad options).
 type Inconsistency struct {
 	// First and Second are the tree sizes of the pair (Second is -1 when
-	// one STH alone is bad).
+	// one STH alone is bad; both are -1 when the fault names no tree).
 	First, Second int64
 	Reason        string
+	// cause is the verification error the Reason quotes, when there is
+	// one (errors.Is/As reach it through Unwrap).
+	cause error
 }
 
+func (e *Inconsistency) Unwrap() error { return e.cause }
+
 func (e *Inconsistency) Error() string {
+	if e.First < 0 {
+		return e.Reason
+	}
 	if e.Second < 0 {
 		return fmt.Sprintf("archived STH of tree size %d: %s", e.First, e.Reason)
 	}
@@ -141,7 +149,9 @@ type checked struct {
 // Audit checks the log at opts.BaseURL; see the package documentation.
 // Errors: *Inconsistency when the log is at fault; ErrStaleTree (wrapped)
 // when its newest tree is older than opts.MaxAge; any other error when
-// the audit could not run.
+// the audit could not run, among them a first tree head signed by a key
+// that is none of opts.Keys before anything signed under them verified
+// (no opts.From): the keys may be another log's.
 func Audit(ctx context.Context, opts Options) (Report, error) {
 	if len(opts.Keys) == 0 {
 		return Report{}, errors.New("tlogaudit: no log key")
@@ -164,27 +174,38 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	// that does not verify is an Inconsistency, and it must be an
 	// archived tree (below). One that cannot be read (a status, a
 	// timeout) sorts nothing: every proof from tiles then warns.
-	_, first, firstErr := readHead(ctx, opts, base)
-	var inc *Inconsistency
-	if errors.As(firstErr, &inc) {
-		return rep, inc
-	}
-	if firstErr == nil {
-		pr.published = first.TreeSize
-	}
-	firstSeen := false
 	var prev *checked
 	after := ""
 	if opts.From != nil {
 		from, err := checkOne(*opts.From, opts.Keys)
 		if err != nil {
-			return rep, fmt.Errorf("tlogaudit: the tree an earlier audit checked (From) does not verify under the log keys: %v", err)
+			return rep, fmt.Errorf("tlogaudit: the tree an earlier audit checked (From, the --state file) does not verify under the log keys: %v", err)
 		}
 		prev, rep.Newest = from, *opts.From
 		if from.size > 0 {
 			after = strconv.FormatUint(from.size-1, 10) // from its size on
 		}
 	}
+	// trusted: something signed under the log keys has verified in this
+	// audit (From, or a head or STH read). Until then a head signed by a
+	// key that is none of them says nothing about the log: the keys may
+	// be another log's (the monitor's configuration), and untrustedFirst
+	// makes that an error, not an Inconsistency. Once one has verified, a
+	// head under another key is the log's fault.
+	trusted := opts.From != nil
+	_, first, firstErr := readHead(ctx, opts, base)
+	var inc *Inconsistency
+	if errors.As(firstErr, &inc) {
+		if err := untrustedFirst(trusted, firstErr, "GET sth"); err != nil {
+			return rep, err
+		}
+		return rep, inc
+	}
+	if firstErr == nil {
+		pr.published = first.TreeSize
+		trusted = true
+	}
+	firstSeen := false
 	for {
 		u := base + tlogfmt.EndpointArchive + "?limit=" + strconv.Itoa(opts.PageSize)
 		if after != "" {
@@ -197,8 +218,12 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 		for _, a := range page.STHs {
 			cur, err := checkOne(a, opts.Keys)
 			if err != nil {
+				if err := untrustedFirst(trusted, err, fmt.Sprintf("the archived STH of tree size %d", a.TreeSize)); err != nil {
+					return rep, err
+				}
 				return rep, err
 			}
+			trusted = true
 			switch {
 			case opts.From != nil && rep.STHs == 0 && cur.size == prev.size:
 				// The tree an earlier audit checked, as the archive holds
@@ -284,6 +309,20 @@ func Audit(ctx context.Context, opts Options) (Report, error) {
 	return rep, nil
 }
 
+// untrustedFirst returns the error of an audit whose first signed object
+// (what, e.g. "GET sth") is signed by a key that is none of the log keys,
+// before anything has verified under them (trusted false): the monitor
+// cannot tell a log that changed its key from log keys that are not this
+// log's, so the audit could not run. It returns nil for any other err,
+// and once trusted.
+func untrustedFirst(trusted bool, err error, what string) error {
+	var uk *tlogfmt.UntrustedKeyError
+	if trusted || !errors.As(err, &uk) {
+		return nil
+	}
+	return fmt.Errorf("tlogaudit: %s is signed by kid %q, which is none of the log keys, and nothing signed under them has verified yet: the log keys are not this log's, or the log changed its key", what, uk.KID)
+}
+
 // readHead reads GET sth and verifies it: the STH under opts.Keys, and
 // its checkpoint naming the same tree. Errors: *Inconsistency when the
 // log served a head that does not verify; any other error when it could
@@ -295,7 +334,7 @@ func readHead(ctx context.Context, opts Options, base string) (tlogfmt.STHRespon
 	}
 	sth, key, err := tlogfmt.VerifySTH(latest.STH, opts.Keys)
 	if err != nil {
-		return latest, sth, &Inconsistency{First: -1, Second: -1, Reason: "GET sth: " + err.Error()}
+		return latest, sth, &Inconsistency{First: -1, Second: -1, Reason: "GET sth: " + err.Error(), cause: err}
 	}
 	cp, err := tlogfmt.VerifyCheckpoint(latest.Checkpoint, key)
 	if err != nil || cp.TreeSize != sth.TreeSize || !bytes.Equal(cp.RootHash, sth.RootHash) {
@@ -364,7 +403,7 @@ func checkOne(a tlogfmt.ArchivedSTH, keys []tlogfmt.LogKey) (*checked, error) {
 	}
 	sth, key, err := tlogfmt.VerifySTH(a.STH, keys)
 	if err != nil {
-		return bad("STH: %v", err)
+		return nil, &Inconsistency{First: int64(a.TreeSize), Second: -1, Reason: fmt.Sprintf("STH: %v", err), cause: err}
 	}
 	if sth.TreeSize != a.TreeSize {
 		return bad("the STH is for tree size %d", sth.TreeSize)

@@ -59,8 +59,17 @@ func leaf(i int) []byte {
 // cosigned by cos.
 func signedHead(t *testing.T, size uint64, root []byte, ts time.Time, cos ...note.Signer) tlogfmt.ArchivedSTH {
 	t.Helper()
-	lk := hostileKey(t)
-	js, err := signer.NewJWSSigner(lk.KID, signer.AlgEdDSA, hostilePriv)
+	return signedHeadBy(t, hostilePriv, size, root, ts, cos...)
+}
+
+// signedHeadBy is signedHead under the log key priv (origin hostileOrigin).
+func signedHeadBy(t *testing.T, priv ed25519.PrivateKey, size uint64, root []byte, ts time.Time, cos ...note.Signer) tlogfmt.ArchivedSTH {
+	t.Helper()
+	lk, err := tlogfmt.NewLogKey(hostileOrigin, priv.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := signer.NewJWSSigner(lk.KID, signer.AlgEdDSA, priv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +77,7 @@ func signedHead(t *testing.T, size uint64, root []byte, ts time.Time, cos ...not
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns, err := tlogfmt.NewNoteSigner(lk, hostilePriv)
+	ns, err := tlogfmt.NewNoteSigner(lk, priv)
 	if err != nil {
 		t.Fatal(err)
 	}

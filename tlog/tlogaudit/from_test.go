@@ -4,7 +4,9 @@ package tlogaudit
 // checked last and requires the log's history to extend it.
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"strings"
 	"testing"
@@ -102,8 +104,66 @@ func TestAuditFromEarlierTree(t *testing.T) {
 		bad.TreeSize = 6 // the STH inside says 5
 		_, err := Audit(ctx, Options{BaseURL: l.start(t), Keys: keys, From: &bad})
 		var inc *Inconsistency
-		if err == nil || errors.As(err, &inc) || err.Error() != "tlogaudit: the tree an earlier audit checked (From) does not verify under the log keys: archived STH of tree size 6: the STH is for tree size 5" {
+		if err == nil || errors.As(err, &inc) || err.Error() != "tlogaudit: the tree an earlier audit checked (From, the --state file) does not verify under the log keys: archived STH of tree size 6: the STH is for tree size 5" {
 			t.Fatalf("Audit from a kept tree that does not verify: %v; want an error that is not an Inconsistency", err)
+		}
+	})
+}
+
+// TestAuditUntrustedKey: tree heads signed by a key that is none of the
+// log keys. Before anything signed under the log keys has verified in the
+// audit (no From, the first head read), the audit could not run (a plain
+// error, exit 2): a monitor cannot tell a log that changed its key from
+// log keys that are another log's, and a mistyped --log-key must not read
+// as a fork. Once something has verified (From, or an earlier head), a
+// head under another key is the log's fault: an Inconsistency (exit 1).
+func TestAuditUntrustedKey(t *testing.T) {
+	ctx := context.Background()
+	otherPriv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{2}, 32))
+	other, err := tlogfmt.NewLogKey(hostileOrigin, otherPriv.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostileKID := hostileKey(t).KID
+	var inc *Inconsistency
+
+	t.Run("first head read", func(t *testing.T) {
+		l := newFallbackLog(t, 5, sizes(1, 5)) // signed by hostileKey
+		_, err := Audit(ctx, Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{other}})
+		want := `tlogaudit: GET sth is signed by kid "` + hostileKID + `", which is none of the log keys, and nothing signed under them has verified yet: the log keys are not this log's, or the log changed its key`
+		if err == nil || errors.As(err, &inc) || err.Error() != want {
+			t.Fatalf("Audit under another log's key: %v; want the error %q, not an Inconsistency", err, want)
+		}
+	})
+	t.Run("first archived STH, GET sth down", func(t *testing.T) {
+		l := newFallbackLog(t, 5, sizes(1, 5))
+		l.firstSTH = &tlogfmt.ArchivedSTH{} // the first GET sth answers 503
+		_, err := Audit(ctx, Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{other}})
+		if err == nil || errors.As(err, &inc) || !strings.HasPrefix(err.Error(), `tlogaudit: the archived STH of tree size 1 is signed by kid "`+hostileKID+`", which is none of the log keys`) {
+			t.Fatalf("Audit under another log's key, GET sth down: %v; want the error naming the archived STH of tree size 1", err)
+		}
+	})
+	t.Run("From verified, the log under another key", func(t *testing.T) {
+		l := newFallbackLog(t, 5, sizes(1, 5))
+		from := signedHeadBy(t, otherPriv, 3, l.tree.HashAt(3), time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC))
+		_, err := Audit(ctx, Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{other}, From: &from})
+		var uk *tlogfmt.UntrustedKeyError
+		if !errors.As(err, &inc) || !errors.As(err, &uk) || uk.KID != hostileKID ||
+			err.Error() != `GET sth: tlogfmt: signature does not verify: kid "`+hostileKID+`" is not a trusted log key` {
+			t.Fatalf("Audit from a tree signed under the log key, the log now under another: %v; want an Inconsistency", err)
+		}
+	})
+	t.Run("the key changes within the archive", func(t *testing.T) {
+		l := newFallbackLog(t, 5, sizes(1, 5))
+		t0 := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+		for i := range 3 { // trees 1-3 under the trusted key, 4-5 under the hostile one
+			l.archive[i] = signedHeadBy(t, otherPriv, uint64(i+1), l.tree.HashAt(uint64(i+1)), t0.Add(time.Duration(i)*time.Second))
+		}
+		l.published = &l.archive[2]
+		l.tile = l.honestTiles
+		_, err := Audit(ctx, Options{BaseURL: l.start(t), Keys: []tlogfmt.LogKey{other}})
+		if !errors.As(err, &inc) || inc.First != 4 || inc.Second != -1 || !strings.Contains(inc.Reason, "is not a trusted log key") {
+			t.Fatalf("Audit of an archive whose key changes at tree 4: %v; want an Inconsistency at tree size 4", err)
 		}
 	})
 }

@@ -22,6 +22,19 @@ var b64 = base64.RawURLEncoding
 // the given log keys; errors of the Verify functions wrap it.
 var ErrSignature = errors.New("tlogfmt: signature does not verify")
 
+// UntrustedKeyError is the error of a JWS whose protected header's kid
+// (RFC 7515 §4.1.4) names none of the given log keys: signed by another
+// key, or by one the caller was not given. It wraps ErrSignature.
+type UntrustedKeyError struct {
+	KID string // the JWS header's kid
+}
+
+func (e *UntrustedKeyError) Error() string {
+	return fmt.Sprintf("%v: kid %q is not a trusted log key", ErrSignature, e.KID)
+}
+
+func (e *UntrustedKeyError) Unwrap() error { return ErrSignature }
+
 // LogKey is a log's public Ed25519 key with the names it goes by: the JWS
 // kid of its STHs and SEPs, and the C2SP signed-note verifier key of its
 // checkpoints (whose key name is the checkpoint origin, the log_id).
@@ -196,7 +209,7 @@ func verifyJWS(jws, typ string, keys []LogKey) ([]byte, LogKey, error) {
 		}
 	}
 	if !found {
-		return fail("kid %q is not a trusted log key", hdr.KID)
+		return nil, LogKey{}, &UntrustedKeyError{KID: hdr.KID}
 	}
 	sig, err := b64.DecodeString(s)
 	if err != nil || len(sig) != ed25519.SignatureSize {
