@@ -94,9 +94,16 @@ func TestRevokeKeepsAnArmedInstant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Armed 1.5 s ahead (as the scheduler would, by hand here).
+	// Armed by hand at the soonest instant the scheduler could choose now:
+	// PropagationBound (1 s) ahead, up to a whole second. (It was armed
+	// 1.5 s ahead, rounded up: half the time later than the revocation's
+	// own instant, which the revocation then rightly chose instead, and the
+	// test failed.)
 	armedAt := time.Now().UTC().Truncate(time.Microsecond)
-	at := time.Now().Add(1500 * time.Millisecond).Truncate(time.Second).Add(time.Second).UTC()
+	at := armedAt.Add(time.Second)
+	if s := at.Truncate(time.Second); s.Before(at) {
+		at = s.Add(time.Second)
+	}
 	p.ActivatesAt, p.ArmedAt = &at, &armedAt
 	if err := s.InTx(ctx, func(tx store.Tx) error { return tx.UpdateVersion(ctx, p) }); err != nil {
 		t.Fatal(err)
@@ -104,6 +111,9 @@ func TestRevokeKeepsAnArmedInstant(t *testing.T) {
 	if err := m.Reload(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Revoked 0.8 s before the armed instant: the revocation's own soonest
+	// instant is then a second after it, so keeping the armed one is seen.
+	time.Sleep(time.Until(at.Add(-800 * time.Millisecond)))
 	revoked, next, err := m.Revoke(ctx, v1.KID, time.Now().Add(-time.Hour), "leaked", bob)
 	if err != nil {
 		t.Fatal(err)
