@@ -65,7 +65,8 @@ type Entry struct {
 //
 // vrp_not_before is when the version started signing (for a pending
 // version: its scheduled activation, if any). vrp_not_after is when it
-// stopped: absent while pending or active.
+// stopped: absent while pending or active. A version revoked while
+// pending never signed and carries neither.
 func EntryFor(v store.KeyVersion) (Entry, error) {
 	var jwk struct {
 		Kty, Crv, X, Y string
@@ -77,7 +78,11 @@ func EntryFor(v store.KeyVersion) (Entry, error) {
 	switch {
 	case v.ActivatedAt != nil:
 		e.NotBefore = instant(*v.ActivatedAt)
-	case v.ActivatesAt != nil:
+	case v.ActivatesAt != nil && v.State != store.StateRevoked:
+		// A pending version's scheduled activation. A version revoked
+		// before it was reached never signed and has no window: its
+		// entry carries neither bound, and verifiers refuse its
+		// signatures (key_revoked).
 		e.NotBefore = instant(*v.ActivatesAt)
 	}
 	switch {

@@ -143,15 +143,20 @@
 //   - pending: the version has never signed legitimately (K3: it is
 //     published before it signs), so any signature is invalid /
 //     key_retired_out_of_window, whatever T.
-//   - revoked (K4): fails closed. Without vrp_compromised_at, or with a
-//     defective lifecycle member: invalid / key_revoked. Without a tlog
-//     member (or with "tlog": null): invalid / tlog_required. Otherwise the
-//     signature is acceptable only when the tlog proof verifies (below),
-//     the Signed Tree Head timestamp is strictly before vrp_compromised_at,
-//     and T is inside [vrp_not_before, vrp_not_after] for the bounds the
-//     entry has; anything else, a bad or unverifiable proof included (it
-//     does not show the signature predates the compromise), is invalid /
-//     key_revoked.
+//   - revoked (K4): fails closed. Without vrp_compromised_at, without
+//     vrp_not_before or vrp_not_after (a version revoked while pending
+//     never signed; one that was active has a window that ended at its
+//     retirement or revocation), or with a defective lifecycle member:
+//     invalid / key_revoked. Without a tlog member (or with "tlog": null):
+//     invalid / tlog_required. Otherwise the signature is acceptable only
+//     when the tlog proof verifies (below), the Signed Tree Head timestamp
+//     is strictly before vrp_compromised_at, T is inside [vrp_not_before,
+//     vrp_not_after], and the log's own times do not show the signature
+//     existed before the window: the earlier of the leaf's logged_at and
+//     the STH timestamp is not more than LogClockAllowance (1 minute)
+//     before vrp_not_before. Anything else, a bad or unverifiable proof
+//     included (it does not show the signature predates the compromise),
+//     is invalid / key_revoked.
 //   - A tlog member on a signature of a pending, active or retired version
 //     is neither needed nor checked (D3).
 //   - The kid of a lifecycle failure (key_retired_out_of_window,

@@ -282,7 +282,12 @@ func lifecycleCode(ctx context.Context, v *KeyVersion, signedAt time.Time, att m
 		}
 		return ""
 	case KeyStatusRevoked:
-		if v.Defect != nil || v.CompromisedAt == nil {
+		// A revoked version that ever signed legitimately had a window,
+		// and it ended at its retirement or its revocation: without both
+		// bounds it was revoked while pending (it never signed, K3), or
+		// its window is unknown. Either way nothing shows a signature of
+		// it was legitimate.
+		if v.Defect != nil || v.CompromisedAt == nil || v.NotBefore == nil || v.NotAfter == nil {
 			return CodeKeyRevoked
 		}
 		tl, ok := att["tlog"]
@@ -291,7 +296,7 @@ func lifecycleCode(ctx context.Context, v *KeyVersion, signedAt time.Time, att m
 		}
 		anchor, err := verifyTlog(tl, sig, lc.logKeys, lc.witnesses)
 		if err != nil || !anchor.Timestamp.Before(*v.CompromisedAt) ||
-			!inSigningWindow(signedAt, v.NotBefore, v.NotAfter) {
+			!inSigningWindow(signedAt, v.NotBefore, v.NotAfter) || loggedBeforeWindow(anchor, *v.NotBefore) {
 			return CodeKeyRevoked
 		}
 		if lc.witnessesRequired > 0 && countBefore(anchor.Cosignatures, *v.CompromisedAt) < lc.witnessesRequired {
@@ -304,6 +309,27 @@ func lifecycleCode(ctx context.Context, v *KeyVersion, signedAt time.Time, att m
 	}
 	// Pending (never signed legitimately) and anything else.
 	return CodeKeyRetiredOutOfWindow
+}
+
+// LogClockAllowance is how far the log's clock may be behind the key
+// history's (vrp_not_before is the signer's clock, the leaf's logged_at and
+// the STH timestamp the log's) before a revoked version's anchor counts as
+// showing its signature was made before the version's window opened
+// (loggedBeforeWindow).
+const LogClockAllowance = time.Minute
+
+// loggedBeforeWindow reports whether the log's own times show the signature
+// existed before notBefore: the leaf's logged_at (never after the STH
+// timestamp: verifyTlog refuses that), or the STH timestamp when there is
+// none, is more than LogClockAllowance before it. Both are signed by the
+// log, and a signature is logged after it is made. valid_from, the time
+// the attestation claims, is outside the signature; these times are not.
+func loggedBeforeWindow(a *TlogAnchor, notBefore time.Time) bool {
+	existed := a.Timestamp
+	if !a.LoggedAt.IsZero() && a.LoggedAt.Before(existed) {
+		existed = a.LoggedAt
+	}
+	return existed.Add(LogClockAllowance).Before(notBefore)
 }
 
 // inSigningWindow reports whether t lies in [notBefore, notAfter] (a nil

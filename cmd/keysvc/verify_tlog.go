@@ -22,7 +22,7 @@ type consistencyChecker struct {
 	mu     sync.Mutex
 	newest map[*tlogclient.HTTPLog]*verifier.SignedTreeHead
 	errs   map[*tlogclient.HTTPLog]error
-	done   map[string]error // "log_id/first" -> result
+	done   map[string]error // "log_id/tree_size/root_hash" -> result
 }
 
 func newConsistencyChecker(urls []string, logKeys *verifier.JWKS, warn func(string, ...any)) (*consistencyChecker, error) {
@@ -65,7 +65,12 @@ func (c *consistencyChecker) sth(ctx context.Context, l *tlogclient.HTTPLog) (*v
 func (c *consistencyChecker) check(ctx context.Context, a *verifier.TlogAnchor) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	key := fmt.Sprintf("%s/%d", a.LogID, a.TreeSize)
+	// The root is part of the key: two anchors of one log and tree size
+	// with different roots are a fork, and the verdict for one says
+	// nothing of the other (an attack review, session 46: keyed by size
+	// alone, a forked anchor after an honest one of its size reused the
+	// honest one's verdict).
+	key := fmt.Sprintf("%s/%d/%x", a.LogID, a.TreeSize, a.RootHash)
 	if err, ok := c.done[key]; ok {
 		return err
 	}
