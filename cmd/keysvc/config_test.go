@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,6 +45,17 @@ postgres-url: postgres://keysvc:s3cretpw@db.internal:5432/keysvc
 	if strings.Contains(out, "s3cretpw") {
 		t.Fatal("the database password was printed")
 	}
+	// An address in use (as by the serve this check precedes a restart of)
+	// is not a problem.
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	inUse := write("in-use.yaml", "kek-file: "+kek+"\nlisten: "+held.Addr().String()+"\n")
+	if _, errOut, code := runCLI(t, nil, "config", "check", inUse); code != 0 {
+		t.Errorf("config check with a listener address in use: exit %d\n%s", code, errOut)
+	}
 	loose := write("kek-644", "x")
 	if err := os.Chmod(loose, 0o644); err != nil {
 		t.Fatal(err)
@@ -62,6 +74,8 @@ postgres-url: postgres://keysvc:s3cretpw@db.internal:5432/keysvc
 		"no principals file":            {"kek-file: " + kek + "\nclient-principals: /nonexistent/p.json\n", "--client-principals: open /nonexistent/p.json"},
 		"port out of range":             {"kek-file: " + kek + "\nlisten: 127.0.0.1:70000\n", `--listen "127.0.0.1:70000": port "70000" is not a number from 0 to 65535 (set by: YAML key listen in `},
 		"listener conflict":             {"kek-file: " + kek + "\nlisten: 127.0.0.1:9000\nsign-listen: 127.0.0.1:9000\n", "each listener needs its own address"},
+		// 192.0.2.1 is TEST-NET-1 (RFC 5737): never an address of this host.
+		"listener address not on this host": {"kek-file: " + kek + "\nlisten: 127.0.0.1:0\nsign-listen: 192.0.2.1:8443\n", "problem: sign-listen 192.0.2.1:8443: listen tcp 192.0.2.1:8443: bind: cannot assign requested address (not an address of this host)"},
 	} {
 		_, errOut, code := runCLI(t, nil, "config", "check", write(strings.ReplaceAll(name, " ", "-")+".yaml", c.text))
 		if code != 1 || !strings.Contains(errOut, c.want) || !strings.Contains(errOut, "INVALID: keysvc serve would refuse ") {

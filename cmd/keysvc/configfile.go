@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -255,6 +257,7 @@ func (o *serveOptions) hostProblems(fs *pflag.FlagSet) []error {
 			out = append(out, fmt.Errorf("postgres-url %s: not a PostgreSQL URL (postgres://USER@HOST:5432/DB): %s", store.RedactConnString(pg), why))
 		}
 	}
+	out = append(out, o.listenerHostProblems()...)
 	for _, bf := range backendFactories {
 		if bf.check == nil {
 			continue
@@ -283,6 +286,34 @@ func (o *serveOptions) hostProblems(fs *pflag.FlagSet) []error {
 	return out
 }
 
+// listenerHostProblems binds each listener address and releases it at
+// once: serve binds them before anything else and refuses to start on an
+// address this host does not have (EADDRNOTAVAIL) or a host name that does
+// not resolve. An address in use is not a problem here (a running serve
+// holds it, and config check is run before a restart), nor is a privileged
+// port (serve may run as another user, or with CAP_NET_BIND_SERVICE).
+func (o *serveOptions) listenerHostProblems() []error {
+	var out []error
+	for _, l := range []struct{ flag, addr string }{{"listen", o.listen}, {"sign-listen", o.signListen}, {"admin-listen", o.adminListen}} {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err == nil {
+			ln.Close()
+			continue
+		}
+		var dns *net.DNSError
+		switch {
+		case errors.Is(err, syscall.EADDRNOTAVAIL):
+			out = append(out, fmt.Errorf("%s %s: %w (not an address of this host)", l.flag, l.addr, err))
+		case errors.As(err, &dns):
+			out = append(out, fmt.Errorf("%s %s: %w", l.flag, l.addr, err))
+		}
+	}
+	return out
+}
+
 func newConfigCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Validate configuration files"}
 	var syntaxOnly bool
@@ -295,9 +326,12 @@ each value's type, the value rules serve applies (durations, limits,
 listener addresses and conflicts, URLs, modes), and on this host what serve
 would refuse at start: the data directory's mode, the KEK file (present,
 mode 0600, 32 bytes), the PKCS#11 module and PIN file, TLS certificates and
-keys, client CAs, the principals file, other files named. Nothing is
-created, started or connected to (PostgreSQL, the HSM and KMS are not
-contacted: their reachability is serve's /readyz).
+keys, client CAs, the principals file, other files named, and each
+listener address (bound and released at once: an address this host does
+not have, or a host name that does not resolve, is a problem; one in use,
+as by a running serve, is not). Nothing is created, started or connected
+to (PostgreSQL, the HSM and KMS are not contacted: their reachability is
+serve's /readyz).
 
 Prints the effective configuration as YAML (typed values, secrets
 REDACTED, "# from ..." naming the variable or file a value came from)
