@@ -315,8 +315,12 @@ func checkTreeAge(sth tlogfmt.STH, cosigs []tlogfmt.Cosignature, required int, m
 		return at, fmt.Errorf("%w: log %s, tree size %d, was signed at %s, %s ahead of this clock (%s)",
 			ErrStaleTree, sth.LogID, sth.TreeSize, at.UTC().Format(time.RFC3339), at.Sub(t).Round(time.Second), t.UTC().Format(time.RFC3339))
 	case t.Sub(at) > maxAge:
-		return at, fmt.Errorf("%w: log %s, tree size %d, was %s at %s, %s ago, over the %s allowed: the log (or whoever answers for it) serves a tree from before anything written since, or its witnesses stopped cosigning",
-			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), t.Sub(at).Round(time.Second), maxAge)
+		why := "the log (or whoever answers for it) serves a tree from before anything written since"
+		if required > 0 {
+			why += ", or its witnesses stopped cosigning"
+		}
+		return at, fmt.Errorf("%w: log %s, tree size %d, was %s at %s, %s ago, over the %s allowed: %s",
+			ErrStaleTree, sth.LogID, sth.TreeSize, what, at.UTC().Format(time.RFC3339), t.Sub(at).Round(time.Second), maxAge, why)
 	}
 	return at, nil
 }
