@@ -77,9 +77,28 @@ func exitCodeOf(w io.Writer, err error) int {
 //   - an action without positional arguments in its Use refuses stray
 //     arguments; argument-count errors name the missing argument;
 //   - flag errors and missing required flags are usage errors.
+// unknownCommand is the usage error of name given to the command group c
+// as a command: the closest command's name (Levenshtein distance 2), or
+// the list of them.
+func unknownCommand(c *cobra.Command, name string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", name, c.CommandPath())
+	if s := c.SuggestionsFor(name); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %q?)", c.CommandPath()+" "+s[0])
+	} else {
+		msg += "; commands: " + strings.Join(subcommandNames(c), ", ")
+	}
+	return usage(c, "%s", msg)
+}
+
 func finalizeCLI(root *cobra.Command) {
 	root.SuggestionsMinimumDistance = 2
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		// "keysvc audit verfy --data-dir D": cobra stops at the group
+		// ("audit"), whose flags lack --data-dir. The mistyped command
+		// is the mistake to name, not the flag.
+		if args := c.Flags().Args(); c.HasSubCommands() && len(args) > 0 {
+			return unknownCommand(c, args[0])
+		}
 		msg := err.Error()
 		if name, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
 			if s := suggestFlag(c, name); s != "" {
@@ -104,13 +123,7 @@ func finalizeCLI(root *cobra.Command) {
 				if len(args) == 0 {
 					return nil
 				}
-				msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
-				if s := c.SuggestionsFor(args[0]); len(s) > 0 {
-					msg += fmt.Sprintf(" (did you mean %q?)", c.CommandPath()+" "+s[0])
-				} else {
-					msg += "; commands: " + strings.Join(subcommandNames(c), ", ")
-				}
-				return usage(c, "%s", msg)
+				return unknownCommand(c, args[0])
 			}
 			c.RunE = func(c *cobra.Command, _ []string) error {
 				return usage(c, "%q needs a command: %s", c.CommandPath(), strings.Join(subcommandNames(c), ", "))

@@ -57,6 +57,7 @@ func TestCLIMistakes(t *testing.T) {
 		{"--dat-dir", nil, []string{"audit", "verify", "--dat-dir", dir}, 2, []string{"did you mean --data-dir?"}},
 		{"--nwo", nil, []string{"keys", "rotate", "dev", "--nwo"}, 2, []string{"did you mean --now?"}},
 		{"--compromised", nil, []string{"keys", "revoke", "k", "--compromised", "x"}, 2, []string{"did you mean --compromised-at?"}},
+		{"mistyped command before a flag of it", nil, []string{"audit", "verfy", "--data-dir", "/nonexistent"}, 2, []string{`unknown command "verfy" for "keysvc audit" (did you mean "keysvc audit verify"?)`}},
 		{"bad flag value", nil, []string{"keys", "destroy", "k", "--pending-days", "ten"}, 2, []string{`invalid argument "ten"`, "keysvc keys destroy --help"}},
 
 		// Missing and stray arguments.
