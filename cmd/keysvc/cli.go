@@ -77,6 +77,7 @@ func exitCodeOf(w io.Writer, err error) int {
 //   - an action without positional arguments in its Use refuses stray
 //     arguments; argument-count errors name the missing argument;
 //   - flag errors and missing required flags are usage errors.
+//
 // unknownCommand is the usage error of name given to the command group c
 // as a command: the closest command's name (Levenshtein distance 2), or
 // the list of them.
