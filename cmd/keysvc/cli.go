@@ -69,15 +69,6 @@ func exitCodeOf(w io.Writer, err error) int {
 	return 1
 }
 
-// finalizeCLI walks the command tree once all commands are added and makes
-// every command strict:
-//   - a command group (subcommands, no action of its own) refuses an
-//     unknown subcommand with "did you mean" suggestions, and a missing
-//     one, instead of printing its help and exiting 0;
-//   - an action without positional arguments in its Use refuses stray
-//     arguments; argument-count errors name the missing argument;
-//   - flag errors and missing required flags are usage errors.
-//
 // unknownCommand is the usage error of name given to the command group c
 // as a command: the closest command's name (Levenshtein distance 2), or
 // the list of them.
@@ -91,6 +82,14 @@ func unknownCommand(c *cobra.Command, name string) error {
 	return usage(c, "%s", msg)
 }
 
+// finalizeCLI walks the command tree once all commands are added and makes
+// every command strict:
+//   - a command group (subcommands, no action of its own) refuses an
+//     unknown subcommand with "did you mean" suggestions, and a missing
+//     one, instead of printing its help and exiting 0;
+//   - an action without positional arguments in its Use refuses stray
+//     arguments; argument-count errors name the missing argument;
+//   - flag errors and missing required flags are usage errors.
 func finalizeCLI(root *cobra.Command) {
 	root.SuggestionsMinimumDistance = 2
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
