@@ -43,6 +43,7 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/gowebpki/jcs"
 
+	"github.com/keysvc/keysvc/jwksserve"
 	"github.com/keysvc/keysvc/store"
 )
 
@@ -233,6 +234,13 @@ type versionFact struct {
 // Thumbprint returns the RFC 7638 SHA-256 thumbprint (base64url) of a
 // public JWK.
 func Thumbprint(jwkJSON []byte) (string, error) {
+	// The JWK as it is published (jwksserve.EntryFor reads it through
+	// the same strict parse): a stored JWK with a member another decoder
+	// could read differently (a case variant, a duplicate, an unknown
+	// member) has no thumbprint, so its version is not backed.
+	if _, err := jwksserve.DecodePublicJWK(jwkJSON); err != nil {
+		return "", fmt.Errorf("anchor: %w", err)
+	}
 	var jwk jose.JSONWebKey
 	if err := jwk.UnmarshalJSON(jwkJSON); err != nil {
 		return "", fmt.Errorf("anchor: public JWK: %w", err)

@@ -16,6 +16,7 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
+	"github.com/keysvc/keysvc/internal/strictjson"
 	"github.com/keysvc/keysvc/store"
 )
 
@@ -34,6 +35,33 @@ func PublicJWK(pub crypto.PublicKey, kid, alg string) ([]byte, error) {
 		return nil, fmt.Errorf("jwksserve: not a valid public key for %s", kid)
 	}
 	return jwk.MarshalJSON()
+}
+
+// PublicJWKMembers are the members of a stored public JWK (PublicJWK).
+type PublicJWKMembers struct {
+	Kty string `json:"kty"`
+	Crv string `json:"crv"`
+	X   string `json:"x"`
+	Y   string `json:"y"`
+	KID string `json:"kid"`
+	Alg string `json:"alg"`
+	Use string `json:"use"`
+}
+
+// DecodePublicJWK decodes a stored public JWK strictly: exact member names
+// (RFC 7517 §4 is case-sensitive), none but PublicJWKMembers', none twice.
+// Both the published entry (EntryFor) and the anchored RFC 7638
+// thumbprint (anchor.Thumbprint, computed by go-jose, whose JSON is
+// case-sensitive) read the JWK through it. A lenient decoder would
+// publish a case-variant "X" added to the stored JWK while the thumbprint,
+// and so the transparency log, still backed the real "x" (an attack
+// review, session 46). Errors: the JWK is not such an object.
+func DecodePublicJWK(b []byte) (PublicJWKMembers, error) {
+	var m PublicJWKMembers
+	if err := strictjson.Decode(b, &m, strictjson.Limits{}); err != nil {
+		return m, fmt.Errorf("public JWK: %w", err)
+	}
+	return m, nil
 }
 
 // Entry is one JWKS member as published: the public JWK plus the VRP
@@ -68,11 +96,9 @@ type Entry struct {
 // stopped: absent while pending or active. A version revoked while
 // pending never signed and carries neither.
 func EntryFor(v store.KeyVersion) (Entry, error) {
-	var jwk struct {
-		Kty, Crv, X, Y string
-	}
-	if err := json.Unmarshal(v.PublicJWK, &jwk); err != nil {
-		return Entry{}, fmt.Errorf("jwksserve: %s: public JWK: %w", v.KID, err)
+	jwk, err := DecodePublicJWK(v.PublicJWK)
+	if err != nil {
+		return Entry{}, fmt.Errorf("jwksserve: %s: %w", v.KID, err)
 	}
 	e := Entry{Kty: jwk.Kty, Crv: jwk.Crv, X: jwk.X, Y: jwk.Y, KID: v.KID, Alg: v.Algorithm, Use: "sig", Status: string(v.State)}
 	switch {
@@ -234,8 +260,13 @@ func etagMatch(header, etag string) bool {
 }
 
 // ParsePublicJWK parses a public JWK (as written by PublicJWK) back into an
-// ed25519.PublicKey or *ecdsa.PublicKey. Private JWKs are refused.
+// ed25519.PublicKey or *ecdsa.PublicKey, after DecodePublicJWK's strict
+// checks, so that it reads the key the published entry shows. Private
+// JWKs are refused.
 func ParsePublicJWK(raw []byte) (crypto.PublicKey, error) {
+	if _, err := DecodePublicJWK(raw); err != nil {
+		return nil, fmt.Errorf("jwksserve: %w", err)
+	}
 	var jwk jose.JSONWebKey
 	if err := jwk.UnmarshalJSON(raw); err != nil {
 		return nil, fmt.Errorf("jwksserve: public JWK: %w", err)
