@@ -88,16 +88,68 @@ func (t *anchoredTx) InsertKey(ctx context.Context, k store.Key) error {
 // change in this transaction: finish writes a marker for every revision
 // after it.
 func (t *anchoredTx) settingsChange(ctx context.Context, name string) error {
-	t.keys[name] = true
 	if _, ok := t.keyRev[name]; ok {
+		t.keys[name] = true
 		return nil
 	}
 	k, err := t.Tx.GetKey(ctx, name)
 	if err != nil {
 		return err
 	}
+	f, err := t.a.key.KeyFact(k)
+	if err != nil {
+		return err
+	}
+	if err := t.backedBefore(ctx, f, "key "+name); err != nil {
+		return err
+	}
+	t.keys[name] = true
 	t.keyRev[name] = k.SettingsRev
 	return nil
+}
+
+// backedBefore refuses the transaction's first change to a key or version
+// row whose fact as stored now (f) the transparency log does not back.
+// finish signs every row a transaction wrote as it reads it back,
+// columns the transaction did not write included (a version's public key,
+// its activation, its compromise instant): without this check a row
+// edited in the database, withheld from publication as not backed, would
+// become a signed, backed fact at its next lifecycle change (a scheduled
+// rotation, an officer's rotate or destroy; an attack review, session 46).
+// Errors: rotation.ErrHistoryNotBacked when the fact is not backed,
+// rotation.ErrHistoryUnconfirmed when it could not be checked.
+func (t *anchoredTx) backedBefore(ctx context.Context, f Event, what string) error {
+	var r store.AnchorStore = t.a.as
+	if in, ok := t.Tx.(store.AnchorStore); ok {
+		r = in // this transaction's view, on its connection
+	}
+	ok, err := t.a.factBacked(ctx, r, f)
+	if err != nil {
+		return fmt.Errorf("%w: %s as stored: %w", rotation.ErrHistoryUnconfirmed, what, err)
+	}
+	if !ok {
+		t.a.log.Error("refusing to change a key-history row the transparency log does not back (altered in the database): signing the change would back the alteration", "row", what)
+		return fmt.Errorf("anchor: %s as stored is not backed by the transparency log (altered in the database); it is not changed: %w", what, rotation.ErrHistoryNotBacked)
+	}
+	return nil
+}
+
+// versionBackedBefore is backedBefore for version kid, at the
+// transaction's first write to it (a version inserted in this transaction
+// has nothing stored before).
+func (t *anchoredTx) versionBackedBefore(ctx context.Context, kid string) error {
+	if t.versions[kid] {
+		return nil
+	}
+	v, err := t.Tx.GetVersion(ctx, kid)
+	if err != nil {
+		return err
+	}
+	f, err := t.a.key.VersionFact(v)
+	if err != nil {
+		return fmt.Errorf("anchor: version %s as stored: %w: %w", kid, err, rotation.ErrHistoryNotBacked)
+	}
+	return t.backedBefore(ctx, f, "version "+kid)
 }
 
 func (t *anchoredTx) UpdateKeyPolicy(ctx context.Context, name string, policy []byte) error {
@@ -142,11 +194,17 @@ func (t *anchoredTx) InsertVersion(ctx context.Context, v store.KeyVersion) erro
 }
 
 func (t *anchoredTx) UpdateVersion(ctx context.Context, v store.KeyVersion) error {
+	if err := t.versionBackedBefore(ctx, v.KID); err != nil {
+		return err
+	}
 	t.touch(v.KID)
 	return t.Tx.UpdateVersion(ctx, v)
 }
 
 func (t *anchoredTx) DestroyVersionMaterial(ctx context.Context, kid string, at time.Time) error {
+	if err := t.versionBackedBefore(ctx, kid); err != nil {
+		return err
+	}
 	t.touch(kid)
 	return t.Tx.DestroyVersionMaterial(ctx, kid, at)
 }

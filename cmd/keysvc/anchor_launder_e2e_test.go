@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keysvc/keysvc/anchor"
+	"github.com/keysvc/keysvc/client"
+	"github.com/keysvc/keysvc/store"
+	"github.com/keysvc/keysvc/tlogclient"
+)
+
+// TestAnchorChangesRefuseUnbackedRows: a database writer edits a row of
+// key history; the edit is not backed by the log, so serve withholds it.
+// A lifecycle change signs every row it touches as it reads it back, so
+// the next change to that row used to sign the edit into a backed fact
+// and publish it (an attack review, session 46):
+//   - an officer rotating away from an active version whose public key
+//     was swapped ("the active version is not backed": the natural
+//     answer) published the swapped key as a backed retired version;
+//   - destroying the material of a revoked version whose
+//     vrp_compromised_at was moved a month later published the later
+//     instant, which makes a month of forged signatures acceptable;
+//   - the scheduler, with no officer acting, retired an armed key's
+//     swapped active version, backed.
+//
+// Now a change to a row whose stored fact is not backed is refused
+// (409 key_history_not_backed), the row stays withheld, and once the row
+// is put back the change goes through. A case-variant "X" member added to
+// a stored JWK is not backed either (TestStoredJWKReadOneWay).
+func TestAnchorChangesRefuseUnbackedRows(t *testing.T) {
+	ctx := context.Background()
+	logSrv := startTlogServer(t, t.TempDir())
+	t.Cleanup(func() { logSrv.stop(t) })
+	e := newLifecycleEnv(t, "")
+	keyFile := filepath.Join(e.dir, "anchor-key.json")
+	if _, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", keyFile); code != 0 {
+		t.Fatalf("anchor keygen: %s", errOut)
+	}
+	srv := startServer(t, e.env, "--data-dir", e.dir, "--kek-file", e.kek, "--jwks-max-age", "0s",
+		"--scheduler-interval", "100ms", "--reload-interval", "300ms",
+		"--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "300ms")
+	c := client.New(srv.URL, e.token)
+	evKey, err := anchor.LoadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.Config{SQLitePath: filepath.Join(e.dir, "keysvc.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	db := dbWriter{st: st}
+	entry := func(name, kid string) map[string]any {
+		h, err := c.History(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Keys    []map[string]any `json:"keys"`
+			Revoked []map[string]any `json:"vrp_revoked_keys"`
+		}
+		if err := json.Unmarshal(h, &doc); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range append(doc.Keys, doc.Revoked...) {
+			if e["kid"] == kid {
+				return e
+			}
+		}
+		return nil
+	}
+	notBacked := func(t *testing.T, what string, err error) {
+		t.Helper()
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Status != 409 || ce.Code != "key_history_not_backed" || !strings.Contains(ce.Message, "as stored is not backed by the transparency log") {
+			t.Fatalf("%s of a row the log does not back: %v; want 409 key_history_not_backed", what, err)
+		}
+	}
+
+	_, first, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villaakerlyckan.se"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	active, _, err := c.Rotate(ctx, "villa", "second version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, v2 := first.KID, active.KID
+	waitReadyz(t, srv, true, "ready")
+
+	t.Run("rotating away from a swapped active key", func(t *testing.T) {
+		orig := db.version(t, v2)
+		db.exec(t, `UPDATE key_versions SET public_jwk = ? WHERE kid = ?`, string(forgedJWK(v2)), v2)
+		waitReadyz(t, srv, false, v2)
+		// The rotation mints and arms the next version (its own rows);
+		// the switch that retires v2 comes at the armed instant, and is
+		// refused while v2 is not backed.
+		next, _, err := c.Rotate(ctx, "villa", "active version not backed; rotating away")
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := time.Parse(time.RFC3339, next.NotBefore)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(at) + 2*time.Second)
+		if got := db.version(t, v2); got.State != store.StateActive || string(got.PublicJWK) != string(forgedJWK(v2)) {
+			t.Fatalf("the switch changed the swapped active version %s: %+v", v2, got)
+		}
+		if got := db.version(t, next.KID); got.State != store.StatePending {
+			t.Fatalf("%s activated over a swapped active version: %+v", next.KID, got)
+		}
+		if en := entry("villa", v2); en != nil && en["x"] == forgedJWKX {
+			t.Fatalf("the swapped key is published: %v", en)
+		}
+		// Put back: backed again, and the switch goes through.
+		db.exec(t, `UPDATE key_versions SET public_jwk = ? WHERE kid = ?`, string(orig.PublicJWK), v2)
+		waitFor(t, 30*time.Second, next.KID+" active once "+v2+" is put back", func() bool {
+			return db.version(t, next.KID).State == store.StateActive
+		})
+		waitReadyz(t, srv, true, "ready")
+		if en := entry("villa", v2); en == nil || en["x"] != publicX(t, orig) || en["vrp_key_status"] != "retired" {
+			t.Fatalf("%s after the switch: %v", v2, en)
+		}
+	})
+
+	t.Run("destroying a revoked key whose compromise instant moved", func(t *testing.T) {
+		compromised := time.Now().UTC().Add(-time.Second).Truncate(time.Second)
+		if _, _, err := c.Revoke(ctx, v1, compromised.Format(time.RFC3339Nano), "compromised"); err != nil {
+			t.Fatal(err)
+		}
+		waitReadyz(t, srv, true, "ready")
+		ev, err := evKey.StateMarker(v1, "revoked")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, "the revoked marker in the log", func() bool {
+			code, _ := proofFor(logSrv.URL, tlogclient.FormatHash(ev.Hash))
+			return code == 200
+		})
+		orig := db.version(t, v1)
+		later := compromised.Add(30 * 24 * time.Hour)
+		db.exec(t, `UPDATE key_versions SET compromised_at = ? WHERE kid = ?`, db.ts(&later), v1)
+		waitReadyz(t, srv, false, v1)
+		_, err = c.DestroyVersion(ctx, v1, "destroy the compromised key's material", 0)
+		notBacked(t, "destroying", err)
+		if en := entry("villa", v1); en != nil {
+			t.Fatalf("a revoked version with a moved compromise instant is published: %v", en)
+		}
+		db.exec(t, `UPDATE key_versions SET compromised_at = ? WHERE kid = ?`, db.ts(orig.CompromisedAt), v1)
+		waitReadyz(t, srv, true, "ready")
+		if en := entry("villa", v1); en == nil || en["vrp_compromised_at"] != compromised.Format(time.RFC3339) {
+			t.Fatalf("%s put back: %v, want vrp_compromised_at %s", v1, en, compromised.Format(time.RFC3339))
+		}
+	})
+
+	t.Run("the scheduler retiring a swapped active key", func(t *testing.T) {
+		_, a, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "auto", Issuer: "auto.example",
+			Policy: &client.Policy{RotationPeriod: "8s", Prepublish: "3s"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pending store.KeyVersion
+		waitFor(t, 30*time.Second, "an armed pending version", func() bool {
+			vs, err := st.ListVersions(ctx, "auto")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vs {
+				if v.State == store.StatePending && v.ArmedAt != nil {
+					pending = v
+					return true
+				}
+			}
+			return false
+		})
+		orig := db.version(t, a.KID)
+		db.exec(t, `UPDATE key_versions SET public_jwk = ? WHERE kid = ?`, string(forgedJWK(a.KID)), a.KID)
+		// Past the armed instant and a few scheduler passes: still active,
+		// swapped, withheld; the successor not activated over it.
+		time.Sleep(time.Until(*pending.ActivatesAt) + 2*time.Second)
+		if got := db.version(t, a.KID); got.State != store.StateActive {
+			t.Fatalf("the scheduler changed the swapped active version %s: %+v", a.KID, got)
+		}
+		if en := entry("auto", a.KID); en != nil && en["x"] == forgedJWKX {
+			t.Fatalf("the swapped key is published: %v", en)
+		}
+		db.exec(t, `UPDATE key_versions SET public_jwk = ? WHERE kid = ?`, string(orig.PublicJWK), a.KID)
+		waitFor(t, 30*time.Second, "the pending version active once the row is put back", func() bool {
+			return db.version(t, pending.KID).State == store.StateActive
+		})
+	})
+}
+
+// forgedJWKX is the x of forgedJWK.
+const forgedJWKX = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"
+
+// publicX is the x member of v's stored public JWK.
+func publicX(t *testing.T, v store.KeyVersion) string {
+	t.Helper()
+	var jwk struct {
+		X string `json:"x"`
+	}
+	if err := json.Unmarshal(v.PublicJWK, &jwk); err != nil {
+		t.Fatal(err)
+	}
+	return jwk.X
+}
