@@ -23,6 +23,8 @@ func TestStoredJWKReadOneWay(t *testing.T) {
 		"case-variant member": `{"kty":"OKP","crv":"Ed25519",` + real + `,"X":"PUAXw-hDiVqStwqnTRt-vJyYLM8uxJaMwM1V8Sr0Zgw"}`,
 		"duplicate member":    `{"kty":"OKP","crv":"Ed25519",` + real + `,"x":"PUAXw-hDiVqStwqnTRt-vJyYLM8uxJaMwM1V8Sr0Zgw"}`,
 		"unknown member":      `{"kty":"OKP","crv":"Ed25519",` + real + `,"x5u":"https://attacker.example/k"}`,
+		// The thumbprint of an OKP key has no y: it would be published unanchored.
+		"y on an Ed25519 key": `{"kty":"OKP","crv":"Ed25519",` + real + `,"y":"PUAXw-hDiVqStwqnTRt-vJyYLM8uxJaMwM1V8Sr0Zgw"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			a := newTestAnchor(t, &emptyLog{})

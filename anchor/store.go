@@ -42,7 +42,7 @@ func (s *anchoredStore) AnchorEventHashes(ctx context.Context) ([][32]byte, erro
 func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
 	var t *anchoredTx
 	err := s.Store.InTx(ctx, func(tx store.Tx) error {
-		t = &anchoredTx{Tx: tx, a: s.a, keys: map[string]bool{}, keyRev: map[string]int64{}, versions: map[string]bool{}, minted: map[string]bool{}}
+		t = &anchoredTx{Tx: tx, a: s.a, keys: map[string]bool{}, keyRev: map[string]int64{}, keyChecked: map[string]bool{}, versions: map[string]bool{}, minted: map[string]bool{}}
 		if err := fn(t); err != nil {
 			return err
 		}
@@ -66,14 +66,53 @@ func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error
 
 type anchoredTx struct {
 	store.Tx
-	a        *Anchor
-	keys     map[string]bool  // written key names
-	keyRev   map[string]int64 // their settings revision before this transaction
-	versions map[string]bool  // written kids
-	minted   map[string]bool  // kids inserted
-	order    []string         // kids in write order
-	audits   []store.AuditEvent
-	events   []Event
+	a      *Anchor
+	keys   map[string]bool  // written key names
+	keyRev map[string]int64 // their settings revision before this transaction
+	// keyChecked: key rows whose stored fact this transaction found
+	// backed (keyBackedBefore).
+	keyChecked map[string]bool
+	versions   map[string]bool // written kids
+	minted     map[string]bool // kids inserted
+	order      []string        // kids in write order
+	audits     []store.AuditEvent
+	events     []Event
+}
+
+// LockKey checks, the first time the transaction locks key name, that the
+// key row as stored is backed (backedBefore): the lifecycle code reads the
+// key's policy (the two-person rule, rotation periods), issuer, algorithm
+// and backend from the row it locks and acts on them, and a new version's
+// fact inherits some of them, so a settings row edited in the database
+// must stop the change, not steer it (an attack review, session 46: one
+// officer destroyed material under a two-person rule switched off in the
+// database).
+func (t *anchoredTx) LockKey(ctx context.Context, name string) (store.Key, error) {
+	k, err := t.Tx.LockKey(ctx, name)
+	if err != nil {
+		return k, err
+	}
+	if err := t.keyBackedBefore(ctx, k); err != nil {
+		return store.Key{}, err
+	}
+	return k, nil
+}
+
+// keyBackedBefore is backedBefore for key k as stored, once per
+// transaction, before the transaction writes it.
+func (t *anchoredTx) keyBackedBefore(ctx context.Context, k store.Key) error {
+	if t.keyChecked[k.Name] || t.keys[k.Name] {
+		return nil
+	}
+	f, err := t.a.key.KeyFact(k)
+	if err != nil {
+		return err
+	}
+	if err := t.backedBefore(ctx, f, "key "+k.Name); err != nil {
+		return err
+	}
+	t.keyChecked[k.Name] = true
+	return nil
 }
 
 func (t *anchoredTx) InsertKey(ctx context.Context, k store.Key) error {
@@ -96,11 +135,7 @@ func (t *anchoredTx) settingsChange(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	f, err := t.a.key.KeyFact(k)
-	if err != nil {
-		return err
-	}
-	if err := t.backedBefore(ctx, f, "key "+name); err != nil {
+	if err := t.keyBackedBefore(ctx, k); err != nil {
 		return err
 	}
 	t.keys[name] = true

@@ -49,7 +49,9 @@ type PublicJWKMembers struct {
 }
 
 // DecodePublicJWK decodes a stored public JWK strictly: exact member names
-// (RFC 7517 §4 is case-sensitive), none but PublicJWKMembers', none twice.
+// (RFC 7517 §4 is case-sensitive), none but PublicJWKMembers', none twice,
+// and exactly those of its key type (OKP Ed25519: crv, x; EC P-256: crv,
+// x, y).
 // Both the published entry (EntryFor) and the anchored RFC 7638
 // thumbprint (anchor.Thumbprint, computed by go-jose, whose JSON is
 // case-sensitive) read the JWK through it. A lenient decoder would
@@ -60,6 +62,15 @@ func DecodePublicJWK(b []byte) (PublicJWKMembers, error) {
 	var m PublicJWKMembers
 	if err := strictjson.Decode(b, &m, strictjson.Limits{}); err != nil {
 		return m, fmt.Errorf("public JWK: %w", err)
+	}
+	// Exactly the members of its key type: a member the RFC 7638
+	// thumbprint leaves out (a "y" on an OKP key) would be published
+	// without being anchored.
+	switch {
+	case m.Kty == "OKP" && m.Crv == "Ed25519" && m.X != "" && m.Y == "": // RFC 8037 §2
+	case m.Kty == "EC" && m.Crv == "P-256" && m.X != "" && m.Y != "": // RFC 7518 §6.2.1
+	default:
+		return m, fmt.Errorf("public JWK: not an Ed25519 (OKP: crv, x) or P-256 (EC: crv, x, y) public key: kty %q, crv %q", m.Kty, m.Crv)
 	}
 	return m, nil
 }

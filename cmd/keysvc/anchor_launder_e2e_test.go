@@ -160,6 +160,41 @@ func TestAnchorChangesRefuseUnbackedRows(t *testing.T) {
 		}
 	})
 
+	// The key row is only read (LockKey), not written, by a destroy; its
+	// policy decides whether one officer may act. (A re-review, session
+	// 46: one officer destroyed material under a two-person rule removed
+	// from the stored policy, and the destruction was backed.)
+	t.Run("a two-person rule removed from the stored policy", func(t *testing.T) {
+		_, tv1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "tpr", Issuer: "tpr.example",
+			Policy: &client.Policy{TwoPersonRule: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.Rotate(ctx, "tpr", "second version"); err != nil {
+			t.Fatal(err)
+		}
+		waitReadyz(t, srv, true, "ready")
+		k, err := st.GetKey(ctx, "tpr")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p map[string]any
+		if err := json.Unmarshal(k.Policy, &p); err != nil || p["two_person_rule"] != true {
+			t.Fatalf("stored policy %s: %v", k.Policy, err)
+		}
+		delete(p, "two_person_rule")
+		edited, _ := json.Marshal(p)
+		db.exec(t, `UPDATE keys SET policy = ? WHERE name = ?`, string(edited), "tpr")
+		waitReadyz(t, srv, false, "tpr")
+		_, err = c.DestroyVersion(ctx, tv1.KID, "one officer, no second", 0)
+		notBacked(t, "a destroy under the edited policy", err)
+		if got := db.version(t, tv1.KID); got.MaterialDestroyedAt != nil {
+			t.Fatalf("the material of %s was destroyed by one officer: %+v", tv1.KID, got)
+		}
+		db.exec(t, `UPDATE keys SET policy = ? WHERE name = ?`, string(k.Policy), "tpr")
+		waitReadyz(t, srv, true, "ready")
+	})
+
 	t.Run("the scheduler retiring a swapped active key", func(t *testing.T) {
 		_, a, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "auto", Issuer: "auto.example",
 			Policy: &client.Policy{RotationPeriod: "8s", Prepublish: "3s"}})
