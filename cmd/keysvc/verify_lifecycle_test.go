@@ -99,7 +99,11 @@ func rfc6962Path(m int, d [][]byte) [][]byte {
 // tlogFor logs signature as leaf index of a tree of size leaves and returns
 // the attestation's tlog member, its STH signed by logKey at sthAt.
 func tlogFor(logKey lcKey, logID, signature string, index, size int, sthAt string) map[string]any {
-	const loggedAt = "2026-03-10T10:00:01Z"
+	return tlogLoggedAt(logKey, logID, signature, index, size, "2026-03-10T10:00:01Z", sthAt)
+}
+
+// tlogLoggedAt is tlogFor with the leaf's logged_at chosen by the caller.
+func tlogLoggedAt(logKey lcKey, logID, signature string, index, size int, loggedAt, sthAt string) map[string]any {
 	leaf := func(sig string) []byte {
 		sum := sha256.Sum256([]byte(sig))
 		return fmt.Appendf(nil, `{"artifact_hash":"sha256:%s","artifact_type":"vrp_attestation","leaf_version":"vrp-tlog-v0.1","logged_at":"%s"}`,

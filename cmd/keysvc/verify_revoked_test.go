@@ -8,10 +8,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -23,34 +20,17 @@ import (
 	"github.com/keysvc/keysvc/verifier"
 )
 
-// rvTlog is tlogFor with the leaf's logged_at chosen by the caller.
-func rvTlog(logKey lcKey, logID, signature string, index, size int, loggedAt, sthAt string) map[string]any {
-	leaf := func(sig string) []byte {
-		sum := sha256.Sum256([]byte(sig))
-		return fmt.Appendf(nil, `{"artifact_hash":"sha256:%s","artifact_type":"vrp_attestation","leaf_version":"vrp-tlog-v0.1","logged_at":"%s"}`,
-			hex.EncodeToString(sum[:]), loggedAt)
-	}
-	leaves := make([][]byte, size)
-	for i := range leaves {
-		leaves[i] = leaf(fmt.Sprintf("another.jws.%d", i))
-	}
-	leaves[index] = leaf(signature)
-	root := rfc6962Root(leaves)
-	path := []any{}
-	for _, h := range rfc6962Path(index, leaves) {
-		path = append(path, lcB64(h))
-	}
-	sum := sha256.Sum256([]byte(signature))
-	return map[string]any{
-		"log_id": logID,
-		"leaf": map[string]any{"leaf_version": "vrp-tlog-v0.1", "logged_at": loggedAt, "artifact_type": "vrp_attestation",
-			"artifact_hash": "sha256:" + hex.EncodeToString(sum[:])},
-		"leaf_index":      index,
-		"tree_size":       size,
-		"inclusion_proof": path,
-		"sth": logKey.sign(`{"alg":"EdDSA","kid":"`+logKey.kid+`"}`,
-			fmt.Sprintf(`{"log_id":%q,"root_hash":%q,"timestamp":%q,"tree_size":%d}`, logID, lcB64(root), sthAt, size)),
-	}
+// rvRevokedMarch is a key history of one version, active from 2026-03-01,
+// compromised 2026-03-20 and revoked 2026-04-01: its key, the log's key,
+// the history and the trusted log keys.
+func rvRevokedMarch(t *testing.T) (lcKey, lcKey, *verifier.KeyHistory, *verifier.JWKS) {
+	t.Helper()
+	revoked := newLCKey(t, "villa.test-2026-03-01-01")
+	logKey := newLCKey(t, "log.test-2026-01-01-01")
+	h, lk := rvSetup(t, []lcKey{revoked}, []store.KeyVersion{{State: store.StateRevoked,
+		ActivatedAt: lcInstant(t, "2026-03-01T00:00:00Z"), RevokedAt: lcInstant(t, "2026-04-01T00:00:00Z"),
+		CompromisedAt: lcInstant(t, "2026-03-20T00:00:00Z"), RevocationReason: "key_compromise"}}, logKey)
+	return revoked, logKey, h, lk
 }
 
 // rvSetup builds keysvc's own key-history document (jwksserve.BuildHistory)
@@ -118,24 +98,20 @@ func rvCode(a verifier.AttestationResult) string {
 // the forked one was answered from the cache. Alone, the forked anchor
 // was rejected. The cache is now keyed by the root too.
 func TestVerifyConsistencyVerdictPerRoot(t *testing.T) {
-	revoked := newLCKey(t, "villa.test-2026-03-01-01")
-	logKey := newLCKey(t, "log.test-2026-01-01-01")
+	revoked, logKey, h, lk := rvRevokedMarch(t)
 	const logID = "did:web:log.test"
-	h, lk := rvSetup(t, []lcKey{revoked}, []store.KeyVersion{{State: store.StateRevoked,
-		ActivatedAt: lcInstant(t, "2026-03-01T00:00:00Z"), RevokedAt: lcInstant(t, "2026-04-01T00:00:00Z"),
-		CompromisedAt: lcInstant(t, "2026-03-20T00:00:00Z"), RevocationReason: "key_compromise"}}, logKey)
 
 	// The honest receipt: signed 2026-03-10, logged, leaf 5 of the log's
 	// real tree of 8 leaves, which is also the log's newest tree.
 	honestSig := revoked.signJWS(`{"offer_id":"o1"}`)
-	honest := rvAtt(honestSig, "2026-03-10T10:00:00Z", rvTlog(logKey, logID, honestSig, 5, 8, "2026-03-10T10:00:01Z", "2026-03-10T10:05:00Z"))
+	honest := rvAtt(honestSig, "2026-03-10T10:00:00Z", tlogLoggedAt(logKey, logID, honestSig, 5, 8, "2026-03-10T10:00:01Z", "2026-03-10T10:05:00Z"))
 	newestSTH := honest["tlog"].(map[string]any)["sth"].(string)
 
 	// The forgery: signed with the stolen key in May (after the compromise),
 	// valid_from claimed in the window, in a forked tree of the same size
 	// whose STH the log key dates before the compromise.
 	forgedSig := revoked.signJWS(`{"offer_id":"attacker","served_at":"2026-05-01T00:00:00Z"}`)
-	forged := rvAtt(forgedSig, "2026-03-10T10:30:00Z", rvTlog(logKey, logID, forgedSig, 5, 8, "2026-03-10T10:00:01Z", "2026-03-10T10:05:00Z"))
+	forged := rvAtt(forgedSig, "2026-03-10T10:30:00Z", tlogLoggedAt(logKey, logID, forgedSig, 5, 8, "2026-03-10T10:00:01Z", "2026-03-10T10:05:00Z"))
 
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != tlogclient.PathPrefix+"sth" {
@@ -194,7 +170,7 @@ func TestVerifyRevokedWhilePending(t *testing.T) {
 				RevokedAt: lcInstant(t, "2026-06-30T00:00:00Z"), CompromisedAt: lcInstant(t, "2026-06-30T00:00:00Z"),
 				RevocationReason: "key_compromise"}}, logKey)
 			sig := k.signJWS(`{"offer_id":"o1"}`)
-			a := rvAtt(sig, c.from, rvTlog(logKey, logID, sig, 2, 4, "2026-06-20T10:00:00Z", "2026-06-20T10:05:00Z"))
+			a := rvAtt(sig, c.from, tlogLoggedAt(logKey, logID, sig, 2, 4, "2026-06-20T10:00:00Z", "2026-06-20T10:05:00Z"))
 			res := verifier.VerifyReceipt(context.Background(), rvReceipt(t, a),
 				verifier.Options{Now: lcInstant(t, c.from).Add(30 * time.Minute), History: h, LogKeys: lk})
 			if got := rvCode(res.Attestations[0]); got != "invalid/key_revoked" {
@@ -213,20 +189,16 @@ func TestVerifyRevokedWhilePending(t *testing.T) {
 // holder-chosen valid_from against [vrp_not_before, vrp_not_after]. A
 // signature whose leaf was logged (and whose STH was signed) weeks before
 // the version's vrp_not_before was provably made outside the window, and
-// was accepted because valid_from was set inside it. Now the earlier of
-// logged_at and the STH timestamp may precede vrp_not_before by at most
-// verifier.LogClockAllowance (1 minute).
+// was accepted because valid_from was set inside it. Now the leaf's
+// logged_at (never after the STH timestamp) may precede vrp_not_before by
+// at most verifier.LogClockAllowance (1 minute).
 func TestVerifyRevokedLoggedBeforeWindow(t *testing.T) {
-	revoked := newLCKey(t, "villa.test-2026-03-01-01")
-	logKey := newLCKey(t, "log.test-2026-01-01-01")
+	revoked, logKey, h, lk := rvRevokedMarch(t)
 	const logID = "did:web:log.test"
-	h, lk := rvSetup(t, []lcKey{revoked}, []store.KeyVersion{{State: store.StateRevoked,
-		ActivatedAt: lcInstant(t, "2026-03-01T00:00:00Z"), RevokedAt: lcInstant(t, "2026-04-01T00:00:00Z"),
-		CompromisedAt: lcInstant(t, "2026-03-20T00:00:00Z"), RevocationReason: "key_compromise"}}, logKey)
 	sig := revoked.signJWS(`{"offer_id":"o1","served_at":"2026-02-10T10:00:00Z"}`)
 	// Logged 2026-02-10, STH 2026-02-10: three weeks before the version's
 	// vrp_not_before (2026-03-01); valid_from claims 2026-03-10.
-	a := rvAtt(sig, "2026-03-10T10:00:00Z", rvTlog(logKey, logID, sig, 1, 4, "2026-02-10T10:00:01Z", "2026-02-10T10:05:00Z"))
+	a := rvAtt(sig, "2026-03-10T10:00:00Z", tlogLoggedAt(logKey, logID, sig, 1, 4, "2026-02-10T10:00:01Z", "2026-02-10T10:05:00Z"))
 	res := verifier.VerifyReceipt(context.Background(), rvReceipt(t, a),
 		verifier.Options{Now: *lcInstant(t, "2026-03-10T10:30:00Z"), History: h, LogKeys: lk})
 	if got := rvCode(res.Attestations[0]); got != "invalid/key_revoked" {
@@ -243,7 +215,7 @@ func TestVerifyRevokedLoggedBeforeWindow(t *testing.T) {
 		{"2026-03-10T10:00:01Z", "2026-03-10T10:05:00Z", "verified"},            // inside the window
 	} {
 		sig := revoked.signJWS(`{"offer_id":"o2"}`)
-		a := rvAtt(sig, "2026-03-01T00:00:00Z", rvTlog(logKey, logID, sig, 1, 4, c.loggedAt, c.sthAt))
+		a := rvAtt(sig, "2026-03-01T00:00:00Z", tlogLoggedAt(logKey, logID, sig, 1, 4, c.loggedAt, c.sthAt))
 		res := verifier.VerifyReceipt(context.Background(), rvReceipt(t, a),
 			verifier.Options{Now: *lcInstant(t, "2026-03-01T00:30:00Z"), History: h, LogKeys: lk})
 		if got := rvCode(res.Attestations[0]); got != c.want {
