@@ -33,7 +33,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -231,35 +230,11 @@ type versionFact struct {
 	MaterialDestroyedAt string `json:"material_destroyed_at,omitempty"`
 }
 
-// Thumbprint returns the RFC 7638 SHA-256 thumbprint (base64url) of a
-// public JWK.
-func Thumbprint(jwkJSON []byte) (string, error) {
-	// The JWK as it is published (jwksserve.EntryFor reads it through
-	// the same strict parse): a stored JWK with a member another decoder
-	// could read differently (a case variant, a duplicate, an unknown
-	// member) has no thumbprint, so its version is not backed.
-	if _, err := jwksserve.DecodePublicJWK(jwkJSON); err != nil {
-		return "", fmt.Errorf("anchor: %w", err)
-	}
-	var jwk jose.JSONWebKey
-	if err := jwk.UnmarshalJSON(jwkJSON); err != nil {
-		return "", fmt.Errorf("anchor: public JWK: %w", err)
-	}
-	if !jwk.IsPublic() {
-		return "", errors.New("anchor: public JWK holds private members")
-	}
-	tp, err := jwk.Thumbprint(crypto.SHA256)
-	if err != nil {
-		return "", err
-	}
-	return b64(tp), nil
-}
-
 // VersionFact signs version v as stored.
 func (k *EventKey) VersionFact(v store.KeyVersion) (Event, error) {
-	jkt, err := Thumbprint(v.PublicJWK)
+	jkt, err := jwksserve.Thumbprint(v.PublicJWK)
 	if err != nil {
-		return Event{}, fmt.Errorf("version %s: %w", v.KID, err)
+		return Event{}, fmt.Errorf("version %s: anchor: %w", v.KID, err)
 	}
 	f := versionFact{Event: "key_version", Key: v.KeyName, KID: v.KID, Alg: v.Algorithm, JKT: jkt, State: string(v.State),
 		CreatedAt: store.FormatTime(v.CreatedAt), RevocationReason: v.RevocationReason}

@@ -3,6 +3,7 @@ package jwksserve
 import (
 	"crypto"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -82,12 +83,22 @@ func (h *History) add(k store.Key, versions []store.KeyVersion, named bool) erro
 	return nil
 }
 
-// Thumbprint returns the RFC 7638 JWK thumbprint (SHA-256, base64url
-// without padding) of a public JWK as recorded in key history.
+// Thumbprint returns the RFC 7638 SHA-256 thumbprint (base64url) of a
+// stored public JWK, read through DecodePublicJWK's strict parse: the one
+// thumbprint keysvc computes, published as vrp_jwk_thumbprint and anchored
+// in the transparency log as a version fact's jkt (anchor.VersionFact).
+// A JWK another decoder could read differently, or one holding private
+// members, has none.
 func Thumbprint(publicJWK []byte) (string, error) {
+	if _, err := DecodePublicJWK(publicJWK); err != nil {
+		return "", err
+	}
 	var jwk jose.JSONWebKey
 	if err := jwk.UnmarshalJSON(publicJWK); err != nil {
 		return "", fmt.Errorf("public JWK: %w", err)
+	}
+	if !jwk.IsPublic() {
+		return "", errors.New("public JWK holds private members")
 	}
 	tp, err := jwk.Thumbprint(crypto.SHA256)
 	if err != nil {

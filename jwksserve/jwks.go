@@ -53,7 +53,7 @@ type PublicJWKMembers struct {
 // and exactly those of its key type (OKP Ed25519: crv, x; EC P-256: crv,
 // x, y).
 // Both the published entry (EntryFor) and the anchored RFC 7638
-// thumbprint (anchor.Thumbprint, computed by go-jose, whose JSON is
+// thumbprint (Thumbprint, computed by go-jose, whose JSON is
 // case-sensitive) read the JWK through it. A lenient decoder would
 // publish a case-variant "X" added to the stored JWK while the thumbprint,
 // and so the transparency log, still backed the real "x" (an attack
