@@ -63,9 +63,9 @@ FILE.lock from before it reads FILE until after it writes it, and a run
 waits for the lock until --deadline (then exit 2; with --deadline 0,
 without end), so overlapping cron runs each check the log against the
 tree the one before kept. A symbolic link is followed, as the kernel
-does: the file it leads to is replaced, and its lock is beside it. Keep FILE where only
-the monitor writes; a FILE changed during a run by something that does
-not take the lock is left as it is (exit 2).
+does: the file it leads to is replaced, and its lock is beside it. Keep
+FILE where only the monitor writes; a FILE changed during a run by
+something that does not take the lock is left as it is (exit 2).
 
 The whole audit gives up after --deadline (default 1h): a log that serves
 an archive without end, or answers each request just inside --timeout,
