@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,6 +88,9 @@ type Anchor struct {
 	// found recorded); resubmitStored records the others — rows an offline
 	// command (tokens create/revoke) stored when a log did not take them.
 	submitted map[[32]byte]bool
+	// unbound holds the versions a check found with no backend reference
+	// bound yet (ADR 0050); Run binds them.
+	unbound map[string]bool
 }
 
 type absentMarker struct {
@@ -105,7 +109,8 @@ func New(cfg Config) (*Anchor, error) {
 	}
 	a := &Anchor{key: cfg.Key, logs: cfg.Logs, rec: cfg.Recorder, st: cfg.Store, as: as, log: cfg.Logger, probe: cfg.ProbeTimeout,
 		known: map[[32]byte]bool{}, absent: map[[32]byte]absentMarker{}, downUntil: map[string]time.Time{},
-		pinned: cfg.LogKeys, fetched: map[string]*verifier.JWKS{}, submitted: map[[32]byte]bool{}, scanned: cfg.Scanned}
+		pinned: cfg.LogKeys, fetched: map[string]*verifier.JWKS{}, submitted: map[[32]byte]bool{}, scanned: cfg.Scanned,
+		unbound: map[string]bool{}}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -388,6 +393,18 @@ func (a *Anchor) checkVersion(ctx context.Context, ver store.KeyVersion) string 
 	if !ok {
 		return "version " + ver.KID + ": its public key, state or instants as stored are not backed by the transparency log (altered or inserted in the database)"
 	}
+	bound, legacy, err := a.backendBacked(ctx, a.as, ver, true)
+	if err != nil {
+		return "version " + ver.KID + ": cannot check against the transparency log: " + err.Error()
+	}
+	if !bound {
+		return "version " + ver.KID + ": " + backendNotBacked
+	}
+	if legacy {
+		a.mu.Lock()
+		a.unbound[ver.KID] = true
+		a.mu.Unlock()
+	}
 	for _, s := range reachedStates(ver) {
 		if m, err := a.key.StateMarker(ver.KID, s); err == nil {
 			a.learn(m)
@@ -415,6 +432,110 @@ func (a *Anchor) checkVersion(ctx context.Context, ver store.KeyVersion) string 
 		}
 	}
 	return ""
+}
+
+// backendNotBacked is why a version whose backend reference was altered
+// is withheld.
+const backendNotBacked = "its backend reference as stored (where its private key is held) is not the one the transparency log backs (altered in the database)"
+
+// backendBacked reports whether version ver's backend reference as stored
+// is the anchored one (ADR 0050): its BackendFact is backed (bound), or
+// the version was never bound — minted before references were anchored,
+// or by a replica running such a release — and is taken as stored until
+// bindBackends binds it (bound and legacy). A version whose BackendMarker
+// is in the log but whose fact for the stored reference is not backed was
+// altered in the database (not bound). cachedOK as for markerPresent.
+func (a *Anchor) backendBacked(ctx context.Context, r store.AnchorStore, ver store.KeyVersion, cachedOK bool) (bound, legacy bool, err error) {
+	f, err := a.key.BackendFact(ver)
+	if err != nil {
+		return false, false, err
+	}
+	if ok, err := a.factBacked(ctx, r, f); err != nil || ok {
+		return ok, false, err
+	}
+	m, err := a.key.BackendMarker(ver.KID)
+	if err != nil {
+		return false, false, err
+	}
+	// The marker is stored with the fact (anchor_events) and recorded
+	// with it: stored but not found means the fact row was deleted too.
+	if got, err := r.AnchorEventsByHash(ctx, [][32]byte{m.Hash}); err != nil {
+		return false, false, err
+	} else if s, ok := got[m.Hash]; ok && s.JWS == m.JWS {
+		return false, false, nil
+	}
+	present, err := a.markerPresent(ctx, m, cachedOK)
+	if err != nil || present {
+		return false, false, err
+	}
+	return true, true, nil
+}
+
+// bindBackends anchors, as stored, the backend reference of every
+// version not bound yet (BackendFact and BackendMarker; ADR 0050): those
+// minted by a release before references were anchored, or by a replica
+// still running one. Trust on first use, as the bootstrap: logged loudly
+// with the kids bound. A version whose reference was altered after it was
+// bound is left withheld. Start runs it; Run runs it again when a check
+// met an unbound version.
+func (a *Anchor) bindBackends(ctx context.Context) error {
+	if a.rec == nil {
+		return nil // check only
+	}
+	var evs []Event
+	var kids []string
+	err := a.st.InTx(ctx, func(tx store.Tx) error {
+		evs, kids = evs[:0], kids[:0]
+		hist, err := tx.ReadHistory(ctx)
+		if err != nil {
+			return err
+		}
+		r, _ := tx.(store.AnchorStore)
+		if r == nil {
+			r = a.as
+		}
+		for _, k := range hist.Keys {
+			for _, v := range hist.Versions[k.Name] {
+				_, legacy, err := a.backendBacked(ctx, r, v, false)
+				if err != nil {
+					return fmt.Errorf("anchor: whether version %s's backend reference is bound: %w", v.KID, err)
+				}
+				if !legacy {
+					continue
+				}
+				f, err := a.key.BackendFact(v)
+				if err != nil {
+					return err
+				}
+				m, err := a.key.BackendMarker(v.KID)
+				if err != nil {
+					return err
+				}
+				evs, kids = append(evs, f, m), append(kids, v.KID)
+			}
+		}
+		if len(evs) == 0 {
+			return nil
+		}
+		return tx.(store.AnchorWriter).InsertAnchorEvents(ctx, toStore(evs, store.Now()))
+	})
+	if err != nil || len(evs) == 0 {
+		return err
+	}
+	a.learn(evs...)
+	a.mu.Lock()
+	for _, kid := range kids {
+		delete(a.unbound, kid)
+	}
+	a.mu.Unlock()
+	a.log.Warn("key-history anchoring: the backend references of versions minted before they were anchored are anchored now, as stored, on trust (ADR 0050)",
+		"versions", len(kids), "kids", strings.Join(kids, ","))
+	if err := a.submit(ctx, evs); err != nil {
+		a.log.Error("backend-reference events committed but not recorded for the transparency log yet; they are submitted again at the next check or start", "events", len(evs), "err", err)
+		return nil
+	}
+	a.markSubmitted(evs)
+	return nil
 }
 
 // Refresh probes every marker cached as absent again and reports whether
@@ -449,6 +570,14 @@ func (a *Anchor) Run(ctx context.Context, every time.Duration) {
 		case <-t.C:
 		}
 		a.resubmitStored(ctx)
+		a.mu.Lock()
+		unbound := len(a.unbound) > 0
+		a.mu.Unlock()
+		if unbound {
+			if err := a.bindBackends(ctx); err != nil {
+				a.log.Warn("anchor: binding the backend references of versions minted before they were anchored failed; retrying at the next check", "err", err)
+			}
+		}
 		if a.Refresh(ctx) {
 			a.mu.Lock()
 			fn := a.onChange
@@ -525,6 +654,9 @@ func (a *Anchor) Start(ctx context.Context) error {
 	}
 	if err := a.submitStored(ctx, stored, false); err != nil {
 		return fmt.Errorf("anchor: submitting stored key-history events: %w", err)
+	}
+	if err := a.bindBackends(ctx); err != nil {
+		return fmt.Errorf("anchor: binding backend references: %w", err)
 	}
 	return nil
 }
@@ -675,7 +807,15 @@ func (a *Anchor) versionEvents(v store.KeyVersion, n int, minted bool) ([]Event,
 	if err != nil {
 		return nil, err
 	}
-	out := []Event{f}
+	bf, err := a.key.BackendFact(v)
+	if err != nil {
+		return nil, err
+	}
+	bm, err := a.key.BackendMarker(v.KID)
+	if err != nil {
+		return nil, err
+	}
+	out := []Event{f, bf, bm}
 	if minted {
 		m, err := a.key.KIDMarker(v.KID)
 		if err != nil {

@@ -98,7 +98,8 @@ func (r *memRecorder) has(jws string) bool {
 	return r.seen[jws]
 }
 
-// learnAll marks every key and version fact of h as made here.
+// learnAll marks every key and version fact of h (and each version's
+// backend reference) as made here.
 func learnAll(t testing.TB, a *Anchor, h store.History) {
 	for _, k := range h.Keys {
 		f, err := a.key.KeyFact(k)
@@ -111,7 +112,11 @@ func learnAll(t testing.TB, a *Anchor, h store.History) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a.learn(f)
+			b, err := a.key.BackendFact(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.learn(f, b)
 		}
 	}
 }

@@ -200,6 +200,7 @@ const (
 	MarkerAuditSeq  = "marker.audit_seq"      // {seq}: the audit row seq exists
 	MarkerBootstrap = "marker.bootstrap"      // {}: anchoring started for this event key
 	MarkerSettings  = "marker.key_settings"   // {key, n}: the key's settings reached revision n (ADR 0036)
+	MarkerBackend   = "marker.backend_bound"  // {kid}: the version's backend reference is anchored (ADR 0050)
 )
 
 // Fact kinds.
@@ -207,6 +208,7 @@ const (
 	FactVersion = "version"
 	FactKey     = "key"
 	FactAudit   = "audit"
+	FactBackend = "version_backend"
 )
 
 // versionFact is the signed form of a key version as stored: everything a
@@ -247,6 +249,32 @@ func (k *EventKey) VersionFact(v store.KeyVersion) (Event, error) {
 	f.CompromisedAt = fmtp(v.CompromisedAt)
 	f.MaterialDestroyedAt = fmtp(v.MaterialDestroyedAt)
 	return k.Sign(FactVersion, v.KID, f)
+}
+
+// BackendFact signs where version v's private key is held as stored: its
+// backend reference (store.KeyVersion.BackendRef: "software:…",
+// "pkcs11:…", "awskms:…"), which keysvc never changes after minting. It
+// is a fact of its own, not a member of the version fact, so that the
+// version facts anchored before it existed keep their hashes (ADR 0050):
+// a version's reference is bound once, with BackendMarker, at its first
+// anchored change or at the first start of a release that binds them.
+func (k *EventKey) BackendFact(v store.KeyVersion) (Event, error) {
+	return k.Sign(FactBackend, v.KID, struct {
+		Event      string `json:"event"`
+		Key        string `json:"key"`
+		KID        string `json:"kid"`
+		BackendRef string `json:"backend_ref"`
+	}{"version_backend", v.KeyName, v.KID, v.BackendRef})
+}
+
+// BackendMarker is the marker that version kid's backend reference is
+// anchored (BackendFact): from then on a reference without a backed fact
+// was altered in the database.
+func (k *EventKey) BackendMarker(kid string) (Event, error) {
+	return k.Sign(MarkerBackend, kid, struct {
+		Marker string `json:"marker"`
+		KID    string `json:"kid"`
+	}{"backend_bound", kid})
 }
 
 func fmtp(t *time.Time) string {

@@ -184,7 +184,25 @@ func (t *anchoredTx) versionBackedBefore(ctx context.Context, kid string) error 
 	if err != nil {
 		return fmt.Errorf("anchor: version %s as stored: %w: %w", kid, err, rotation.ErrHistoryNotBacked)
 	}
-	return t.backedBefore(ctx, f, "version "+kid)
+	if err := t.backedBefore(ctx, f, "version "+kid); err != nil {
+		return err
+	}
+	// Its backend reference decides what a destroy destroys (ADR 0050): a
+	// version pointed elsewhere in the database would have its material
+	// "destroyed" in the log while the key it names lives on.
+	var r store.AnchorStore = t.a.as
+	if in, ok := t.Tx.(store.AnchorStore); ok {
+		r = in
+	}
+	bound, _, err := t.a.backendBacked(ctx, r, v, false)
+	if err != nil {
+		return fmt.Errorf("%w: version %s's backend reference as stored: %w", rotation.ErrHistoryUnconfirmed, kid, err)
+	}
+	if !bound {
+		t.a.log.Error("refusing to change a key version whose backend reference the transparency log does not back (altered in the database)", "kid", kid, "backend_ref", v.BackendRef)
+		return fmt.Errorf("anchor: version %s as stored is not backed by the transparency log: %s; it is not changed: %w", kid, backendNotBacked, rotation.ErrHistoryNotBacked)
+	}
+	return nil
 }
 
 func (t *anchoredTx) UpdateKeyPolicy(ctx context.Context, name string, policy []byte) error {

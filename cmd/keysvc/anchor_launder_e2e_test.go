@@ -160,6 +160,31 @@ func TestAnchorChangesRefuseUnbackedRows(t *testing.T) {
 		}
 	})
 
+	// The backend reference decides what a destroy destroys: pointed at
+	// another backend in the database, the log would back "destroyed"
+	// while the key it named lived on (ADR 0050).
+	t.Run("destroying a version pointed at another backend", func(t *testing.T) {
+		orig := db.version(t, v1)
+		db.exec(t, `UPDATE key_versions SET backend_ref = ? WHERE kid = ?`, "software:kid="+v2, v1)
+		waitReadyz(t, srv, false, v1)
+		_, err := c.DestroyVersion(ctx, v1, "destroy what the database names", 0)
+		notBacked(t, "destroying", err)
+		if got := db.version(t, v1); got.MaterialDestroyedAt != nil {
+			t.Fatalf("the material of %s was destroyed: %+v", v1, got)
+		}
+		if en := entry("villa", v1); en != nil {
+			t.Fatalf("a version pointed at another backend is published: %v", en)
+		}
+		db.exec(t, `UPDATE key_versions SET backend_ref = ? WHERE kid = ?`, orig.BackendRef, v1)
+		waitReadyz(t, srv, true, "ready")
+		if _, err := c.DestroyVersion(ctx, v1, "destroy the compromised key's material", 0); err != nil {
+			t.Fatalf("destroying %s put back: %v", v1, err)
+		}
+		if got := db.version(t, v1); got.MaterialDestroyedAt == nil || got.SealedPrivateKey != nil {
+			t.Fatalf("%s after the destroy: %+v", v1, got)
+		}
+	})
+
 	// The key row is only read (LockKey), not written, by a destroy; its
 	// policy decides whether one officer may act. (A re-review, session
 	// 46: one officer destroyed material under a two-person rule removed

@@ -1,0 +1,197 @@
+package anchor
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/keysvc/keysvc/rotation"
+	"github.com/keysvc/keysvc/store"
+	"github.com/keysvc/keysvc/tlogclient"
+)
+
+// TestBackendReferenceBound: a version's backend reference decides what
+// a destroy destroys and what signs. Before ADR 0050 it was in no fact,
+// so a database writer could point a version elsewhere (an HSM version at
+// "software:…") and have its destruction backed by the log while the
+// key it held lived on. Now the reference of every version is bound:
+//   - versions minted before (a log holding the old release's events
+//     only) are taken as stored and bound at the next start, on trust;
+//   - after that, a reference altered in the database is withheld by
+//     every check, refused by every change (409 key_history_not_backed),
+//     and not bound again by a restart;
+//   - a version an older replica mints later is bound by the next check
+//     loop, not withheld.
+func TestBackendReferenceBound(t *testing.T) {
+	ctx := context.Background()
+	c := store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")}
+	if _, err := store.Migrate(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	key, err := GenerateKeyFile(filepath.Join(t.TempDir(), "k.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := &memRecorder{} // the log: what was recorded is found
+	newAnchor := func() *Anchor {
+		a, err := New(Config{Key: key, Logs: []tlogclient.Log{&emptyLog{}}, Store: st, Recorder: logged,
+			Scanned: func(h [32]byte) bool {
+				logged.mu.Lock()
+				defer logged.mu.Unlock()
+				for jws := range logged.seen {
+					if sha256.Sum256([]byte(jws)) == h {
+						return true
+					}
+				}
+				return false
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+
+	// Key history as an earlier release anchored it: every fact and
+	// marker but the backend references.
+	h := history(1, 2)
+	k := h.Keys[0]
+	for i := range h.Versions[k.Name] {
+		h.Versions[k.Name][i].BackendRef = "pkcs11:token=keysvc;object=" + h.Versions[k.Name][i].KID
+	}
+	v1, v2 := h.Versions[k.Name][0], h.Versions[k.Name][1]
+	if err := st.InTx(ctx, func(tx store.Tx) error {
+		if err := tx.InsertKey(ctx, k); err != nil {
+			return err
+		}
+		for _, v := range []store.KeyVersion{v1, v2} {
+			if err := tx.InsertVersion(ctx, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var old []string
+	add := func(ev Event, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, ev.JWS)
+	}
+	add(key.KeyFact(k))
+	add(key.BootstrapMarker())
+	for i, v := range []store.KeyVersion{v1, v2} {
+		add(key.VersionFact(v))
+		add(key.KIDMarker(v.KID))
+		add(key.OrdinalMarker(k.Name, i+1))
+		for _, s := range reachedStates(v) {
+			add(key.StateMarker(v.KID, s))
+		}
+	}
+	if err := logged.Record(ctx, tlogclient.ArtifactStatusEvent, old...); err != nil {
+		t.Fatal(err)
+	}
+	read := func() store.History {
+		t.Helper()
+		h, err := st.ReadHistory(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	bound := func(v store.KeyVersion) bool {
+		f, _ := key.BackendFact(v)
+		m, _ := key.BackendMarker(v.KID)
+		return logged.has(f.JWS) && logged.has(m.JWS)
+	}
+
+	a := newAnchor()
+	if v := a.CheckAll(ctx, read()); len(v.Keys)+len(v.Versions) != 0 {
+		t.Fatalf("history anchored before references were: %+v, want every version backed", v)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !bound(v1) || !bound(v2) {
+		t.Fatal("the first start did not bind the references of the versions minted before")
+	}
+	stored, err := a.as.ListAnchorEvents(ctx)
+	if err != nil || len(stored) != 4 {
+		t.Fatalf("anchor_events after binding: %d rows (%v), want the 2 facts and 2 markers", len(stored), err)
+	}
+
+	// Pointed elsewhere in the database: a restart does not bind it
+	// again, every check withholds it, every change is refused.
+	if err := store.ExecRawForTest(ctx, st, `UPDATE key_versions SET backend_ref = 'software:kid=`+v1.KID+`' WHERE kid = '`+v1.KID+`'`); err != nil {
+		t.Fatal(err)
+	}
+	b := newAnchor()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := "version " + v1.KID + ": " + backendNotBacked
+	if v := b.CheckAll(ctx, read()); len(v.Keys) != 0 || len(v.Versions) != 1 || v.Versions[v1.KID] != want {
+		t.Fatalf("a reference altered after it was bound: %+v, want %q", v, want)
+	}
+	destroy := func() error {
+		return b.Wrap(st).InTx(ctx, func(tx store.Tx) error { return tx.DestroyVersionMaterial(ctx, v1.KID, store.Now()) })
+	}
+	err = destroy()
+	if !errors.Is(err, rotation.ErrHistoryNotBacked) || !strings.Contains(err.Error(), backendNotBacked) {
+		t.Fatalf("destroying a version pointed elsewhere: %v, want ErrHistoryNotBacked", err)
+	}
+	if got, err := st.GetVersion(ctx, v1.KID); err != nil || got.MaterialDestroyedAt != nil {
+		t.Fatalf("after the refused destroy: %+v, %v", got, err)
+	}
+	// Its fact row deleted from anchor_events too: still not taken as
+	// never bound (the log has the marker).
+	if err := store.ExecRawForTest(ctx, st, `DELETE FROM anchor_events WHERE kind = 'version_backend'`); err != nil && !errors.Is(err, store.ErrAuditAppendOnly) {
+		t.Fatal(err)
+	}
+	c2 := newAnchor()
+	if v := c2.CheckAll(ctx, read()); v.Versions[v1.KID] != want {
+		t.Fatalf("with the fact rows deleted: %+v", v)
+	}
+
+	// Put back: backed, and the destroy goes through.
+	if err := store.ExecRawForTest(ctx, st, `UPDATE key_versions SET backend_ref = '`+v1.BackendRef+`' WHERE kid = '`+v1.KID+`'`); err != nil {
+		t.Fatal(err)
+	}
+	if v := b.CheckAll(ctx, read()); len(v.Keys)+len(v.Versions) != 0 {
+		t.Fatalf("put back: %+v", v)
+	}
+	if err := destroy(); err != nil {
+		t.Fatalf("destroying the version put back: %v", err)
+	}
+
+	// A version an older replica mints now (no reference bound): backed
+	// as stored, and bound by the check loop's next pass.
+	v3 := store.KeyVersion{KID: "key00.example-2026-12-01-03", KeyName: k.Name, Algorithm: "EdDSA", PublicJWK: v2.PublicJWK,
+		State: store.StatePending, CreatedAt: v2.CreatedAt, BackendRef: "pkcs11:token=keysvc;object=three"}
+	if err := st.InTx(ctx, func(tx store.Tx) error { return tx.InsertVersion(ctx, v3) }); err != nil {
+		t.Fatal(err)
+	}
+	old = old[:0]
+	add(key.VersionFact(v3))
+	add(key.KIDMarker(v3.KID))
+	add(key.OrdinalMarker(k.Name, 3))
+	if err := logged.Record(ctx, tlogclient.ArtifactStatusEvent, old...); err != nil {
+		t.Fatal(err)
+	}
+	if v := b.CheckAll(ctx, read()); v.Versions[v3.KID] != "" || !b.unbound[v3.KID] {
+		t.Fatalf("a version minted by an older replica: %+v, unbound %v", v, b.unbound)
+	}
+	if err := b.bindBackends(ctx); err != nil || !bound(v3) || len(b.unbound) != 0 {
+		t.Fatalf("binding it: %v, bound %v, unbound %v", err, bound(v3), b.unbound)
+	}
+}
