@@ -658,7 +658,81 @@ func (a *Anchor) Start(ctx context.Context) error {
 	if err := a.bindBackends(ctx); err != nil {
 		return fmt.Errorf("anchor: binding backend references: %w", err)
 	}
+	if err := a.anchorApprovals(ctx); err != nil {
+		return fmt.Errorf("anchor: anchoring approval requests: %w", err)
+	}
 	return nil
+}
+
+// approvalsAnchored reports whether approval requests are anchored
+// (ApprovalsMarker backed: in memory, anchor_events (r) or a log).
+func (a *Anchor) approvalsAnchored(ctx context.Context, r store.AnchorStore) (bool, error) {
+	m, err := a.key.ApprovalsMarker()
+	if err != nil {
+		return false, err
+	}
+	return a.factBacked(ctx, r, m)
+}
+
+// anchorApprovals starts anchoring approval requests (ADR 0051): the
+// first start of a release that anchors them signs the facts of the
+// approvals pending now, as stored, on trust (logged), and the
+// ApprovalsMarker, after which an approval without a backed fact is never
+// carried out. Later starts do nothing.
+func (a *Anchor) anchorApprovals(ctx context.Context) error {
+	if a.rec == nil {
+		return nil // check only
+	}
+	if ok, err := a.approvalsAnchored(ctx, a.as); err != nil || ok {
+		return err
+	}
+	var evs []Event
+	var ids []string
+	err := a.st.InTx(ctx, func(tx store.Tx) error {
+		evs, ids = evs[:0], ids[:0]
+		pending, err := tx.ListApprovals(ctx, "pending")
+		if err != nil {
+			return err
+		}
+		for _, ap := range pending {
+			f, err := a.key.ApprovalFact(ap)
+			if err != nil {
+				return err
+			}
+			evs, ids = append(evs, f), append(ids, ap.ID)
+		}
+		m, err := a.key.ApprovalsMarker()
+		if err != nil {
+			return err
+		}
+		evs = append(evs, m)
+		return tx.(store.AnchorWriter).InsertAnchorEvents(ctx, toStore(evs, store.Now()))
+	})
+	if err != nil {
+		return err
+	}
+	a.learn(evs...)
+	a.log.Warn("key-history anchoring: approval requests are anchored from now on; those pending now are anchored as stored, on trust (ADR 0051)",
+		"pending", len(ids), "approvals", strings.Join(ids, ","))
+	if err := a.submit(ctx, evs); err != nil {
+		a.log.Error("approval events committed but not recorded for the transparency log yet; they are submitted again at the next check or start", "events", len(evs), "err", err)
+		return nil
+	}
+	a.markSubmitted(evs)
+	return nil
+}
+
+// storedOrLogged reports whether event ev is in anchor_events (r) or a
+// log: a marker this service wrote, whether or not the log has it yet.
+func (a *Anchor) storedOrLogged(ctx context.Context, r store.AnchorStore, ev Event) (bool, error) {
+	got, err := r.AnchorEventsByHash(ctx, [][32]byte{ev.Hash})
+	if err != nil {
+		return false, err
+	}
+	if s, ok := got[ev.Hash]; ok && s.JWS == ev.JWS {
+		return true, nil
+	}
+	return a.markerPresent(ctx, ev, false)
 }
 
 // submitStored records stored events, 1,000 per Record, and marks them

@@ -7,25 +7,29 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keysvc/keysvc/rotation"
 	"github.com/keysvc/keysvc/store"
 	"github.com/keysvc/keysvc/tlogclient"
 )
 
-// TestBackendReferenceBound: a version's backend reference decides what
-// a destroy destroys and what signs. Before ADR 0050 it was in no fact,
-// so a database writer could point a version elsewhere (an HSM version at
-// "software:…") and have its destruction backed by the log while the
-// key it held lived on. Now the reference of every version is bound:
-//   - versions minted before (a log holding the old release's events
-//     only) are taken as stored and bound at the next start, on trust;
-//   - after that, a reference altered in the database is withheld by
-//     every check, refused by every change (409 key_history_not_backed),
-//     and not bound again by a restart;
-//   - a version an older replica mints later is bound by the next check
-//     loop, not withheld.
-func TestBackendReferenceBound(t *testing.T) {
+// legacyEnv is key history as a release before ADR 0050 anchored it: a
+// SQLite store with key00 and two versions (retired, active) on PKCS#11,
+// and a log (logged) holding every fact and marker of it but the backend
+// references (and approvals). newAnchor starts a process on it.
+type legacyEnv struct {
+	st        store.Store
+	key       *EventKey
+	logged    *memRecorder
+	k         store.Key
+	v1, v2    store.KeyVersion
+	newAnchor func() *Anchor
+	add       func(Event, error)
+	old       *[]string
+}
+
+func newLegacyEnv(t *testing.T) *legacyEnv {
 	ctx := context.Background()
 	c := store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")}
 	if _, err := store.Migrate(ctx, c); err != nil {
@@ -101,6 +105,26 @@ func TestBackendReferenceBound(t *testing.T) {
 	if err := logged.Record(ctx, tlogclient.ArtifactStatusEvent, old...); err != nil {
 		t.Fatal(err)
 	}
+
+	return &legacyEnv{st: st, key: key, logged: logged, k: k, v1: v1, v2: v2, newAnchor: newAnchor, add: add, old: &old}
+}
+
+// TestBackendReferenceBound: a version's backend reference decides what
+// a destroy destroys and what signs. Before ADR 0050 it was in no fact,
+// so a database writer could point a version elsewhere (an HSM version at
+// "software:…") and have its destruction backed by the log while the
+// key it held lived on. Now the reference of every version is bound:
+//   - versions minted before (a log holding the old release's events
+//     only) are taken as stored and bound at the next start, on trust;
+//   - after that, a reference altered in the database is withheld by
+//     every check, refused by every change (409 key_history_not_backed),
+//     and not bound again by a restart;
+//   - a version an older replica mints later is bound by the next check
+//     loop, not withheld.
+func TestBackendReferenceBound(t *testing.T) {
+	ctx := context.Background()
+	e := newLegacyEnv(t)
+	st, key, logged, k, v1, v2, newAnchor := e.st, e.key, e.logged, e.k, e.v1, e.v2, e.newAnchor
 	read := func() store.History {
 		t.Helper()
 		h, err := st.ReadHistory(ctx)
@@ -126,8 +150,8 @@ func TestBackendReferenceBound(t *testing.T) {
 		t.Fatal("the first start did not bind the references of the versions minted before")
 	}
 	stored, err := a.as.ListAnchorEvents(ctx)
-	if err != nil || len(stored) != 4 {
-		t.Fatalf("anchor_events after binding: %d rows (%v), want the 2 facts and 2 markers", len(stored), err)
+	if err != nil || len(stored) != 5 {
+		t.Fatalf("anchor_events after binding: %d rows (%v), want the 2 facts, 2 markers and the approvals marker", len(stored), err)
 	}
 
 	// Pointed elsewhere in the database: a restart does not bind it
@@ -181,11 +205,11 @@ func TestBackendReferenceBound(t *testing.T) {
 	if err := st.InTx(ctx, func(tx store.Tx) error { return tx.InsertVersion(ctx, v3) }); err != nil {
 		t.Fatal(err)
 	}
-	old = old[:0]
-	add(key.VersionFact(v3))
-	add(key.KIDMarker(v3.KID))
-	add(key.OrdinalMarker(k.Name, 3))
-	if err := logged.Record(ctx, tlogclient.ArtifactStatusEvent, old...); err != nil {
+	*e.old = (*e.old)[:0]
+	e.add(key.VersionFact(v3))
+	e.add(key.KIDMarker(v3.KID))
+	e.add(key.OrdinalMarker(k.Name, 3))
+	if err := logged.Record(ctx, tlogclient.ArtifactStatusEvent, *e.old...); err != nil {
 		t.Fatal(err)
 	}
 	if v := b.CheckAll(ctx, read()); v.Versions[v3.KID] != "" || !b.unbound[v3.KID] {
@@ -193,5 +217,100 @@ func TestBackendReferenceBound(t *testing.T) {
 	}
 	if err := b.bindBackends(ctx); err != nil || !bound(v3) || len(b.unbound) != 0 {
 		t.Fatalf("binding it: %v, bound %v, unbound %v", err, bound(v3), b.unbound)
+	}
+}
+
+// TestApprovalsAnchored: a pending approval is carried out, in its
+// requester's name, once a second officer approves it (ADR 0051). Before
+// approval requests were anchored, a database writer could insert one
+// "requested by" an officer, or set a decided one back to pending.
+//   - the first start of this release anchors the approvals pending then,
+//     as stored, and the ApprovalsMarker;
+//   - from then on an approval inserted in the database, or one whose
+//     request was edited, is refused when locked to be decided, also by
+//     a process that restarted;
+//   - one the log records as decided is refused while the row says
+//     pending.
+func TestApprovalsAnchored(t *testing.T) {
+	ctx := context.Background()
+	e := newLegacyEnv(t)
+	now := store.Now()
+	insert := func(id, by string) store.Approval {
+		t.Helper()
+		ap := store.Approval{ID: id, KeyName: e.k.Name, Action: "revoke", KID: e.v1.KID, Params: []byte(`{"reason":"compromised"}`),
+			RequestedBy: "principal:" + by, RequestedByName: by, RequestedAt: now, ExpiresAt: now.Add(time.Hour), Status: "pending"}
+		if err := e.st.InTx(ctx, func(tx store.Tx) error { return tx.InsertApproval(ctx, ap) }); err != nil {
+			t.Fatal(err)
+		}
+		return ap
+	}
+	lock := func(a *Anchor, id string) error {
+		return a.Wrap(e.st).InTx(ctx, func(tx store.Tx) error {
+			_, err := tx.LockApproval(ctx, id)
+			return err
+		})
+	}
+	filed := insert("0000000000000001", "alice") // filed by the release before
+
+	a := e.newAnchor()
+	if err := lock(a, filed.ID); err != nil {
+		t.Fatalf("an approval filed before approvals were anchored, before the first start: %v", err)
+	}
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := e.key.ApprovalFact(filed)
+	m, _ := e.key.ApprovalsMarker()
+	if !e.logged.has(f.JWS) || !e.logged.has(m.JWS) {
+		t.Fatal("the first start did not anchor the pending approval and the approvals marker")
+	}
+	if err := lock(a, filed.ID); err != nil {
+		t.Fatalf("the approval pending at the first start: %v", err)
+	}
+
+	forged := insert("0000000000000002", "bob")
+	for _, b := range []*Anchor{a, e.newAnchor()} {
+		if err := b.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err := lock(b, forged.ID)
+		if !errors.Is(err, rotation.ErrHistoryNotBacked) || !strings.Contains(err.Error(), "approval 0000000000000002 as stored is not backed") {
+			t.Fatalf("an approval inserted in the database: %v, want ErrHistoryNotBacked", err)
+		}
+	}
+	if e.logged.has(func() string { f, _ := e.key.ApprovalFact(forged); return f.JWS }()) {
+		t.Fatal("a restart anchored the inserted approval")
+	}
+	if err := store.ExecRawForTest(ctx, e.st, `UPDATE approvals SET requested_by = 'principal:carol' WHERE id = '`+filed.ID+`'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock(e.newAnchor(), filed.ID); !errors.Is(err, rotation.ErrHistoryNotBacked) {
+		t.Fatalf("an approval whose requester was edited: %v, want ErrHistoryNotBacked", err)
+	}
+	if err := store.ExecRawForTest(ctx, e.st, `UPDATE approvals SET requested_by = 'principal:alice' WHERE id = '`+filed.ID+`'`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Decided through the anchored store: its marker is written; set
+	// back to pending, it is refused.
+	if err := a.Wrap(e.st).InTx(ctx, func(tx store.Tx) error {
+		ap, err := tx.LockApproval(ctx, filed.ID)
+		if err != nil {
+			return err
+		}
+		ap.Status, ap.DecidedBy, ap.DecidedAt = "approved", "principal:bob", &now
+		return tx.DecideApproval(ctx, ap)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := e.key.ApprovalDecidedMarker(filed.ID); !e.logged.has(d.JWS) {
+		t.Fatal("deciding an approval did not record its marker")
+	}
+	if err := store.ExecRawForTest(ctx, e.st, `UPDATE approvals SET status = 'pending' WHERE id = '`+filed.ID+`'`); err != nil {
+		t.Fatal(err)
+	}
+	err := lock(e.newAnchor(), filed.ID)
+	if !errors.Is(err, rotation.ErrHistoryNotBacked) || !strings.Contains(err.Error(), "records approval 0000000000000001 as decided") {
+		t.Fatalf("a decided approval set back to pending: %v, want ErrHistoryNotBacked", err)
 	}
 }

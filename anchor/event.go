@@ -201,14 +201,18 @@ const (
 	MarkerBootstrap = "marker.bootstrap"      // {}: anchoring started for this event key
 	MarkerSettings  = "marker.key_settings"   // {key, n}: the key's settings reached revision n (ADR 0036)
 	MarkerBackend   = "marker.backend_bound"  // {kid}: the version's backend reference is anchored (ADR 0050)
+	// MarkerApprovals: {}: approval requests are anchored from here on (ADR 0051).
+	MarkerApprovals       = "marker.approvals_anchored"
+	MarkerApprovalDecided = "marker.approval_decided" // {id}: the approval was decided (ADR 0051)
 )
 
 // Fact kinds.
 const (
-	FactVersion = "version"
-	FactKey     = "key"
-	FactAudit   = "audit"
-	FactBackend = "version_backend"
+	FactVersion  = "version"
+	FactKey      = "key"
+	FactAudit    = "audit"
+	FactBackend  = "version_backend"
+	FactApproval = "approval"
 )
 
 // versionFact is the signed form of a key version as stored: everything a
@@ -275,6 +279,45 @@ func (k *EventKey) BackendMarker(kid string) (Event, error) {
 		Marker string `json:"marker"`
 		KID    string `json:"kid"`
 	}{"backend_bound", kid})
+}
+
+// ApprovalFact signs a two-person approval request as stored (ADR 0051):
+// what it asks for (key, action, kid, the SHA-256 of its parameters) and
+// who asked, when, until when — not its decision, which the approval's
+// MarkerApprovalDecided records. A row inserted or edited in the database
+// has no backed fact, so a second officer's approval cannot carry it out.
+func (k *EventKey) ApprovalFact(ap store.Approval) (Event, error) {
+	sum := sha256.Sum256(ap.Params)
+	return k.Sign(FactApproval, ap.ID, struct {
+		Event           string `json:"event"`
+		ID              string `json:"id"`
+		Key             string `json:"key"`
+		Action          string `json:"action"`
+		KID             string `json:"kid,omitempty"`
+		ParamsSHA256    string `json:"params_sha256"`
+		RequestedBy     string `json:"requested_by"`
+		RequestedByName string `json:"requested_by_name,omitempty"`
+		RequestedAt     string `json:"requested_at"`
+		ExpiresAt       string `json:"expires_at"`
+	}{"approval_request", ap.ID, ap.KeyName, ap.Action, ap.KID, hex.EncodeToString(sum[:]), ap.RequestedBy, ap.RequestedByName,
+		store.FormatTime(ap.RequestedAt), store.FormatTime(ap.ExpiresAt)})
+}
+
+// ApprovalDecidedMarker is the marker that approval id was decided
+// (approved, or found expired): a row set back to pending is refused.
+func (k *EventKey) ApprovalDecidedMarker(id string) (Event, error) {
+	return k.Sign(MarkerApprovalDecided, id, struct {
+		Marker string `json:"marker"`
+		ID     string `json:"id"`
+	}{"approval_decided", id})
+}
+
+// ApprovalsMarker is the marker that approval requests are anchored: from
+// then on every pending approval needs a backed ApprovalFact.
+func (k *EventKey) ApprovalsMarker() (Event, error) {
+	return k.Sign(MarkerApprovals, "", struct {
+		Marker string `json:"marker"`
+	}{"approvals_anchored"})
 }
 
 func fmtp(t *time.Time) string {

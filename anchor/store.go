@@ -77,6 +77,84 @@ type anchoredTx struct {
 	order      []string        // kids in write order
 	audits     []store.AuditEvent
 	events     []Event
+	// approvals filed (their facts are signed at finish), checked
+	// (LockApproval found them backed), decided (their markers are
+	// written at finish); ADR 0051.
+	approvalsFiled   []string
+	approvalsChecked map[string]bool
+	approvalsDecided []string
+}
+
+func (t *anchoredTx) InsertApproval(ctx context.Context, ap store.Approval) error {
+	if err := t.Tx.InsertApproval(ctx, ap); err != nil {
+		return err
+	}
+	t.approvalsFiled = append(t.approvalsFiled, ap.ID)
+	if t.approvalsChecked == nil {
+		t.approvalsChecked = map[string]bool{}
+	}
+	t.approvalsChecked[ap.ID] = true
+	return nil
+}
+
+// LockApproval refuses to hand out an approval this service did not file
+// as stored, or one the log records as decided while the row says pending
+// (ADR 0051): the caller carries out what a pending approval asks for once
+// a second officer approves it, so a row inserted or edited in the
+// database (a forged "revoke", "destroy" or "policy" request in another
+// officer's name, or an approved request set back to pending) must stop
+// there. Approvals filed before approval requests were anchored, where
+// the ApprovalsMarker is not backed yet, are taken as stored. Errors:
+// rotation.ErrHistoryNotBacked, rotation.ErrHistoryUnconfirmed.
+func (t *anchoredTx) LockApproval(ctx context.Context, id string) (store.Approval, error) {
+	ap, err := t.Tx.LockApproval(ctx, id)
+	if err != nil || t.approvalsChecked[id] {
+		return ap, err
+	}
+	var r store.AnchorStore = t.a.as
+	if in, ok := t.Tx.(store.AnchorStore); ok {
+		r = in
+	}
+	anchored, err := t.a.approvalsAnchored(ctx, r)
+	if err != nil {
+		return store.Approval{}, fmt.Errorf("%w: whether approval requests are anchored: %w", rotation.ErrHistoryUnconfirmed, err)
+	}
+	if anchored {
+		f, err := t.a.key.ApprovalFact(ap)
+		if err != nil {
+			return store.Approval{}, err
+		}
+		if err := t.backedBefore(ctx, f, "approval "+id); err != nil {
+			return store.Approval{}, fmt.Errorf("%w (file the request again)", err)
+		}
+		if ap.Status == "pending" {
+			m, err := t.a.key.ApprovalDecidedMarker(id)
+			if err != nil {
+				return store.Approval{}, err
+			}
+			decided, err := t.a.storedOrLogged(ctx, r, m)
+			if err != nil {
+				return store.Approval{}, fmt.Errorf("%w: whether approval %s was decided: %w", rotation.ErrHistoryUnconfirmed, id, err)
+			}
+			if decided {
+				t.a.log.Error("refusing to decide an approval the transparency log records as decided (set back to pending in the database)", "approval", id)
+				return store.Approval{}, fmt.Errorf("anchor: the transparency log records approval %s as decided, key history says pending (set back in the database): %w", id, rotation.ErrHistoryNotBacked)
+			}
+		}
+	}
+	if t.approvalsChecked == nil {
+		t.approvalsChecked = map[string]bool{}
+	}
+	t.approvalsChecked[id] = true
+	return ap, nil
+}
+
+func (t *anchoredTx) DecideApproval(ctx context.Context, ap store.Approval) error {
+	if err := t.Tx.DecideApproval(ctx, ap); err != nil {
+		return err
+	}
+	t.approvalsDecided = append(t.approvalsDecided, ap.ID)
+	return nil
 }
 
 // LockKey checks, the first time the transaction locks key name, that the
@@ -369,6 +447,24 @@ func (t *anchoredTx) finish(ctx context.Context) error {
 			return err
 		}
 		evs = append(evs, more...)
+	}
+	for _, id := range t.approvalsFiled {
+		ap, err := t.Tx.LockApproval(ctx, id) // as stored
+		if err != nil {
+			return err
+		}
+		f, err := t.a.key.ApprovalFact(ap)
+		if err != nil {
+			return err
+		}
+		evs = append(evs, f)
+	}
+	for _, id := range t.approvalsDecided {
+		m, err := t.a.key.ApprovalDecidedMarker(id)
+		if err != nil {
+			return err
+		}
+		evs = append(evs, m)
 	}
 	for _, r := range t.audits {
 		more, err := t.a.auditEvents(r)

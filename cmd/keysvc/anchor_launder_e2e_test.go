@@ -42,6 +42,12 @@ func TestAnchorChangesRefuseUnbackedRows(t *testing.T) {
 	if _, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", keyFile); code != 0 {
 		t.Fatalf("anchor keygen: %s", errOut)
 	}
+	// A second officer, created before the first start anchors history.
+	out, errOut, code := runCLI(t, e.env, "tokens", "create", "--name", "bob", "--scope", "admin:revoke", "--scope", "admin:keys", "--data-dir", e.dir)
+	if code != 0 {
+		t.Fatalf("tokens create bob: %s", errOut)
+	}
+	bobToken := strings.TrimSpace(out)
 	srv := startServer(t, e.env, "--data-dir", e.dir, "--kek-file", e.kek, "--jwks-max-age", "0s",
 		"--scheduler-interval", "100ms", "--reload-interval", "300ms",
 		"--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "300ms")
@@ -218,6 +224,61 @@ func TestAnchorChangesRefuseUnbackedRows(t *testing.T) {
 		}
 		db.exec(t, `UPDATE keys SET policy = ? WHERE name = ?`, string(k.Policy), "tpr")
 		waitReadyz(t, srv, true, "ready")
+	})
+
+	// A pending approval is carried out once a second officer approves
+	// it, in the requester's name. Approval rows were in no fact: a
+	// forged request "by bob" was revoked by alice's approval, and an
+	// approved request set back to pending ran twice (ADR 0051).
+	t.Run("approvals forged or set back to pending", func(t *testing.T) {
+		bob := client.New(srv.URL, bobToken)
+		_, ap1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "tpa", Issuer: "tpa.example",
+			Policy: &client.Policy{TwoPersonRule: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.Rotate(ctx, "tpa", "second version"); err != nil {
+			t.Fatal(err)
+		}
+		waitReadyz(t, srv, true, "ready")
+		now := time.Now().UTC()
+		later := now.Add(time.Hour)
+		db.exec(t, `INSERT INTO approvals (id, key_name, action, kid, params, requested_by, requested_at, expires_at, status, requested_by_name)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, "f0f0f0f0f0f0f0f0", "tpa", "revoke", ap1.KID,
+			`{"compromised_at":"`+now.Add(-time.Hour).Format(time.RFC3339Nano)+`","reason":"forged"}`, "principal:bob", db.ts(&now), db.ts(&later), "pending", "bob")
+		_, err = c.ApproveAction(ctx, "f0f0f0f0f0f0f0f0")
+		notBacked(t, "approving a request inserted in the database", err)
+		if got := db.version(t, ap1.KID); got.State == store.StateRevoked {
+			t.Fatalf("a forged approval revoked %s: %+v", ap1.KID, got)
+		}
+
+		// A real request, approved once; set back to pending, it is not
+		// carried out again.
+		off := client.Policy{TwoPersonRule: false}
+		var pa *client.PendingApproval
+		if err := c.SetPolicy(ctx, "tpa", off, "two-person rule off"); !errors.As(err, &pa) {
+			t.Fatalf("switching the two-person rule off: %v, want a pending approval", err)
+		}
+		if _, err := bob.ApproveAction(ctx, pa.Approval.ID); err != nil {
+			t.Fatalf("bob approving the real request: %v", err)
+		}
+		if err := c.SetPolicy(ctx, "tpa", client.Policy{TwoPersonRule: true}, "two-person rule on again"); err != nil {
+			t.Fatal(err)
+		}
+		db.exec(t, `UPDATE approvals SET status = 'pending', decided_by = NULL, decided_at = NULL, decided_by_name = NULL WHERE id = ?`, pa.Approval.ID)
+		_, err = bob.ApproveAction(ctx, pa.Approval.ID)
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Status != 409 || ce.Code != "key_history_not_backed" || !strings.Contains(ce.Message, "records approval "+pa.Approval.ID+" as decided") {
+			t.Fatalf("approving a decided request set back to pending: %v; want 409 key_history_not_backed", err)
+		}
+		k, err := st.GetKey(ctx, "tpa")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p map[string]any
+		if err := json.Unmarshal(k.Policy, &p); err != nil || p["two_person_rule"] != true {
+			t.Fatalf("policy after the replay: %s (%v), want the two-person rule on", k.Policy, err)
+		}
 	})
 
 	t.Run("the scheduler retiring a swapped active key", func(t *testing.T) {
