@@ -91,6 +91,112 @@ type Anchor struct {
 	// unbound holds the versions a check found with no backend reference
 	// bound yet (ADR 0050); Run binds them.
 	unbound map[string]bool
+	// owed holds the events this process made (committed changes,
+	// bindings) until a log proves it has them; Run records them again
+	// meanwhile (settleOwed).
+	owed map[[32]byte]*owedEvent
+	now  func() time.Time
+}
+
+// owedEvent is an event made here and not yet found in a log.
+type owedEvent struct {
+	ev     Event
+	since  time.Time // made
+	next   time.Time // recorded again at or after
+	tries  int
+	warned bool
+}
+
+// Owed-event timing: recorded again after owedRetryFirst, then at
+// doubling intervals up to owedRetryMax; warned about after owedWarnAfter
+// (ADR 0052).
+const (
+	owedRetryFirst = time.Minute
+	owedRetryMax   = 30 * time.Minute
+	owedWarnAfter  = 15 * time.Minute
+	owedProbesMax  = 256 // look-ups per settleOwed pass
+)
+
+// owe notes events this process made: they stay owed, in memory, until a
+// log proves them (settleOwed). What the log has not taken is otherwise
+// owed only from the database — the anchor_events rows and, with
+// --tlog-durability outbox, the outbox rows — which the database writer
+// this package defends against can delete (ADR 0052).
+func (a *Anchor) owe(evs []Event) {
+	now := a.now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ev := range evs {
+		if _, ok := a.owed[ev.Hash]; !ok {
+			a.owed[ev.Hash] = &owedEvent{ev: ev, since: now, next: now.Add(owedRetryFirst)}
+		}
+	}
+}
+
+// Owed returns how many events this process made are not yet proved in a
+// log, and when the oldest of them was made (zero when none).
+func (a *Anchor) Owed() (n int, oldest time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, o := range a.owed {
+		if oldest.IsZero() || o.since.Before(oldest) {
+			oldest = o.since
+		}
+	}
+	return len(a.owed), oldest
+}
+
+// settleOwed looks owed events up in the logs (at most owedProbesMax a
+// pass): one a log proves is settled; one every log answered it lacks is
+// recorded again once its retry time has come (the outbox or spool row may
+// be gone), at doubling intervals. A log that cannot answer leaves them
+// owed. An event owed past owedWarnAfter is logged once as an error.
+func (a *Anchor) settleOwed(ctx context.Context) {
+	a.mu.Lock()
+	list := make([]*owedEvent, 0, min(len(a.owed), owedProbesMax))
+	for _, o := range a.owed {
+		if len(list) == owedProbesMax {
+			break
+		}
+		list = append(list, o)
+	}
+	a.mu.Unlock()
+	var again []Event
+	var late []string
+	for _, o := range list {
+		ok, err := a.logHas(ctx, o.ev)
+		if err != nil {
+			continue
+		}
+		now := a.now()
+		a.mu.Lock()
+		switch {
+		case ok:
+			delete(a.owed, o.ev.Hash)
+		case !now.Before(o.next):
+			o.tries++
+			wait := owedRetryMax
+			if o.tries < 6 {
+				wait = min(owedRetryFirst<<o.tries, owedRetryMax)
+			}
+			o.next = now.Add(wait)
+			again = append(again, o.ev)
+		}
+		if !ok && !o.warned && now.Sub(o.since) >= owedWarnAfter {
+			o.warned = true
+			late = append(late, o.ev.Kind+" "+o.ev.Subject)
+		}
+		a.mu.Unlock()
+	}
+	if len(late) > 0 {
+		a.log.Error("key-history events made here are still not in the transparency log; they are recorded again until a log proves them (were the outbox or anchor_events rows deleted?)",
+			"events", len(late), "after", owedWarnAfter, "which", strings.Join(late, ", "))
+	}
+	if len(again) > 0 {
+		if err := a.submit(ctx, again); err != nil {
+			a.log.Warn("anchor: recording owed key-history events again failed; retrying later", "events", len(again), "err", err)
+		}
+	}
 }
 
 type absentMarker struct {
@@ -110,7 +216,7 @@ func New(cfg Config) (*Anchor, error) {
 	a := &Anchor{key: cfg.Key, logs: cfg.Logs, rec: cfg.Recorder, st: cfg.Store, as: as, log: cfg.Logger, probe: cfg.ProbeTimeout,
 		known: map[[32]byte]bool{}, absent: map[[32]byte]absentMarker{}, downUntil: map[string]time.Time{},
 		pinned: cfg.LogKeys, fetched: map[string]*verifier.JWKS{}, submitted: map[[32]byte]bool{}, scanned: cfg.Scanned,
-		unbound: map[string]bool{}}
+		unbound: map[string]bool{}, owed: map[[32]byte]*owedEvent{}, now: time.Now}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -523,6 +629,7 @@ func (a *Anchor) bindBackends(ctx context.Context) error {
 		return err
 	}
 	a.learn(evs...)
+	a.owe(evs)
 	a.mu.Lock()
 	for _, kid := range kids {
 		delete(a.unbound, kid)
@@ -570,6 +677,7 @@ func (a *Anchor) Run(ctx context.Context, every time.Duration) {
 		case <-t.C:
 		}
 		a.resubmitStored(ctx)
+		a.settleOwed(ctx)
 		a.mu.Lock()
 		unbound := len(a.unbound) > 0
 		a.mu.Unlock()
@@ -712,6 +820,7 @@ func (a *Anchor) anchorApprovals(ctx context.Context) error {
 		return err
 	}
 	a.learn(evs...)
+	a.owe(evs)
 	a.log.Warn("key-history anchoring: approval requests are anchored from now on; those pending now are anchored as stored, on trust (ADR 0051)",
 		"pending", len(ids), "approvals", strings.Join(ids, ","))
 	if err := a.submit(ctx, evs); err != nil {

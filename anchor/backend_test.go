@@ -314,3 +314,83 @@ func TestApprovalsAnchored(t *testing.T) {
 		t.Fatalf("a decided approval set back to pending: %v, want ErrHistoryNotBacked", err)
 	}
 }
+
+// droppingRecorder takes records and loses them (an outbox whose rows a
+// database writer deleted) until keep is set.
+type droppingRecorder struct {
+	log  *memRecorder
+	keep bool
+	n    int
+}
+
+func (r *droppingRecorder) Record(ctx context.Context, typ string, artifacts ...string) error {
+	r.n++
+	if !r.keep {
+		return nil
+	}
+	return r.log.Record(ctx, typ, artifacts...)
+}
+
+// TestOwedEventsRecordedAgain: the events of a change are owed to the
+// log from memory until a log proves them (ADR 0052). A revocation made
+// while its outbox rows (and anchor_events) are deleted before delivery
+// is recorded again by the process that made it, at doubling intervals,
+// and settled once the log has it; Owed reports it meanwhile.
+func TestOwedEventsRecordedAgain(t *testing.T) {
+	ctx := context.Background()
+	e := newLegacyEnv(t)
+	a := e.newAnchor()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.settleOwed(ctx) // what Start bound, proved in the log
+	drop := &droppingRecorder{log: e.logged}
+	a.rec = drop
+	clock := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	a.now = func() time.Time { return clock }
+	if n, _ := a.Owed(); n != 0 {
+		t.Fatalf("owed after start, once the log was asked: %d", n)
+	}
+	if err := a.Wrap(e.st).InTx(ctx, func(tx store.Tx) error {
+		v, err := tx.GetVersion(ctx, e.v1.KID)
+		if err != nil {
+			return err
+		}
+		v.State, v.RevokedAt, v.CompromisedAt = store.StateRevoked, &clock, &clock
+		return tx.UpdateVersion(ctx, v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	revoked, err := e.key.StateMarker(e.v1.KID, "revoked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, oldest := a.Owed()
+	if n != 4 || !oldest.Equal(clock) || e.logged.has(revoked.JWS) || drop.n != 1 {
+		t.Fatalf("after the revocation: %d owed since %v, recorded %d times; want the fact, its backend fact and marker, and the revoked marker, owed since %v", n, oldest, drop.n, clock)
+	}
+	a.settleOwed(ctx) // not yet time to record again
+	if n, _ := a.Owed(); drop.n != 1 || n != 2 {
+		t.Fatalf("before a minute: recorded %d times, %d owed; want 1, and the fact and revoked marker owed (the backend's were logged at start)", drop.n, n)
+	}
+	clock = clock.Add(time.Minute)
+	a.settleOwed(ctx) // recorded again, lost again
+	clock = clock.Add(time.Minute)
+	a.settleOwed(ctx) // next try at +3 min
+	if drop.n != 2 {
+		t.Fatalf("records after 2 minutes: %d, want 2", drop.n)
+	}
+	drop.keep = true
+	clock = clock.Add(time.Minute)
+	a.settleOwed(ctx) // recorded, kept
+	if drop.n != 3 || !e.logged.has(revoked.JWS) {
+		t.Fatalf("after 3 minutes: %d records, revoked marker logged %v", drop.n, e.logged.has(revoked.JWS))
+	}
+	if n, _ := a.Owed(); n != 2 {
+		t.Fatalf("owed before the log was asked again: %d", n)
+	}
+	a.settleOwed(ctx)
+	if n, _ := a.Owed(); n != 0 || drop.n != 3 {
+		t.Fatalf("owed once the log has them: %d (%d records)", n, drop.n)
+	}
+}

@@ -52,6 +52,7 @@ func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error
 		return err
 	}
 	s.a.learn(t.events...)
+	s.a.owe(t.events)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30e9)
 	defer cancel()
 	if err := s.a.submit(rctx, t.events); err != nil {

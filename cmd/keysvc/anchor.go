@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/keysvc/keysvc/anchor"
+	"github.com/keysvc/keysvc/api"
 	"github.com/keysvc/keysvc/store"
 	"github.com/keysvc/keysvc/tlog/tlogaudit"
 	"github.com/keysvc/keysvc/tlogclient"
@@ -72,6 +73,42 @@ func (f *anchorFlags) start(ctx context.Context, st store.Store, tl *tlogRuntime
 	}
 	log.Info("key history anchored in the transparency log", "event_key", key.KID(), "logs", tl.client.LogURLs())
 	return a, nil
+}
+
+// anchorOwedUnready is the least time key-history events made here may
+// wait for a log before /readyz turns unready (ADR 0052); the
+// --tlog-max-backlog-age of leaves when that is longer.
+const anchorOwedUnready = 15 * time.Minute
+
+// owedEventsTlog adds key-history events owed to the log to a log
+// client's readiness (ADR 0052).
+type owedEventsTlog struct {
+	api.TransparencyLog
+	anc    *anchor.Anchor
+	maxAge time.Duration
+}
+
+// withOwedEvents returns tl whose Ready also fails while an event this
+// process made (a revocation, a binding) has waited longer than maxAge to
+// be proved in a log: the database rows that owe it can be deleted, and
+// only this process still records it; tl when anchoring is off.
+func withOwedEvents(tl api.TransparencyLog, anc *anchor.Anchor, maxAge time.Duration) api.TransparencyLog {
+	if tl == nil || anc == nil {
+		return tl
+	}
+	return owedEventsTlog{TransparencyLog: tl, anc: anc, maxAge: maxAge}
+}
+
+func (t owedEventsTlog) Ready() error {
+	if err := t.TransparencyLog.Ready(); err != nil {
+		return err
+	}
+	if n, oldest := t.anc.Owed(); n > 0 {
+		if age := time.Since(oldest); age > t.maxAge {
+			return fmt.Errorf("key history: %d events made here are not in the transparency log after %s (recorded again until a log proves them)", n, age.Round(time.Second))
+		}
+	}
+	return nil
 }
 
 // absenceOverPlainHTTP is the warning for a log that key-history

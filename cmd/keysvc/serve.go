@@ -418,7 +418,7 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	}
 	handler := api.New(api.Config{Manager: mgr, Auth: auth, Store: st, Logger: log, MaxBodyBytes: o.maxBodyBytes, ClientPrincipals: principals,
 		MaxServedAtSkew: o.servedAtSkew, Pprof: o.pprof, RateLimit: api.RateLimit{PerSecond: o.rateLimit, Burst: o.rateBurst},
-		PublicRateLimit: api.RateLimit{PerSecond: o.publicRateLimit, Burst: o.publicRateBurst}, MCP: mcpHandler, Tlog: tl.api(), Build: buildInfo()})
+		PublicRateLimit: api.RateLimit{PerSecond: o.publicRateLimit, Burst: o.publicRateBurst}, MCP: mcpHandler, Tlog: withOwedEvents(tl.api(), anc, max(o.tlog.maxBacklogAge, anchorOwedUnready)), Build: buildInfo()})
 	if !o.dev && o.adminListen == "" {
 		log.Warn("the admin API shares the public listener; set --admin-listen (and --admin-tls-*) to keep it off the network verifiers and nodes reach")
 	}
