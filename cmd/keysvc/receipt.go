@@ -116,16 +116,26 @@ on standard error); 1 error.`,
 			for _, m := range missing {
 				fmt.Fprintf(cmd.ErrOrStderr(), "keysvc: attestation %d: no proof: %v\n", m.index, m.err)
 			}
-			switch {
-			case inPlace:
-				err = writeFileAtomic(args[0], out)
-			case output != "":
-				err = writeFileAtomic(output, out)
-			default:
+			file := output
+			if inPlace {
+				file = args[0]
+			}
+			if file != "" {
+				err = writeFileAtomic(file, out)
+			} else {
 				_, err = cmd.OutOrStdout().Write(out)
 			}
 			if err != nil {
 				return err
+			}
+			if file != "" {
+				// Said on stderr, as receipt build does: standard output
+				// stays the receipt's alone when that is where it goes.
+				var doc struct {
+					Attestations []jsontext.Value `json:"attestations"`
+				}
+				_ = json.Unmarshal(out, &doc)
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %d of %d attestation(s) proved\n", file, len(doc.Attestations)-len(missing), len(doc.Attestations))
 			}
 			if len(missing) > 0 {
 				return exitError{exitPartial}

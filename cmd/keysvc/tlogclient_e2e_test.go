@@ -528,8 +528,8 @@ func TestTlogDevEmbedded(t *testing.T) {
 		}
 	}
 	at := mustInstant(t, res.Attestation.ValidFrom).Add(time.Minute).Format(time.RFC3339)
-	if out, errOut, code := runCLI(t, []string{"KEYSVC_TOKEN=" + token}, "receipt", "prove", rf, "--in-place", "--server", srv.URL); code != 0 {
-		t.Fatalf("receipt prove: %d %s%s", code, out, errOut)
+	if out, errOut, code := runCLI(t, []string{"KEYSVC_TOKEN=" + token}, "receipt", "prove", rf, "--in-place", "--server", srv.URL); code != 0 || out != "" || errOut != "wrote "+rf+": 1 of 1 attestation(s) proved\n" {
+		t.Fatalf("receipt prove: %d %q %q", code, out, errOut)
 	}
 	if out, errOut, code := runCLI(t, nil, "verify", rf, "--history", hf, "--log-keys", kf, "--log-url", logURL, "--at", at); code != 0 {
 		t.Fatalf("verify after revocation: %d %s%s", code, out, errOut)
