@@ -144,6 +144,23 @@ func (m *Manager) RequestDestroy(ctx context.Context, kid, reason string, opt ba
 // DestroyKey, then the store update and the version.destroy_material
 // audit row (see the ordering note at the top of this file).
 func (m *Manager) destroyIn(ctx context.Context, tx store.Tx, st *keyState, now time.Time, kid string, p destroyParams, actor Actor, g *grant) (Destroyed, error) {
+	if _, err := destroyable(st, kid); err != nil {
+		return Destroyed{}, err
+	}
+	// The backend is called with the version as locked (and, on anchored
+	// key history, checked against the log: its backend reference and
+	// public key; ADR 0050) before anything irreversible happens: the row
+	// read with the key's state was not locked, and a refusal after
+	// DestroyKey would come too late.
+	locked, err := tx.LockVersion(ctx, kid)
+	if err != nil {
+		return Destroyed{}, err
+	}
+	for i := range st.versions {
+		if st.versions[i].KID == kid {
+			st.versions[i] = locked
+		}
+	}
 	target, err := destroyable(st, kid)
 	if err != nil {
 		return Destroyed{}, err

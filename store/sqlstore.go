@@ -461,6 +461,25 @@ func (o ops) GetVersion(ctx context.Context, kid string) (KeyVersion, error) {
 	return vs[0], nil
 }
 
+// LockVersion implements Tx.LockVersion.
+func (t *sqlTx) LockVersion(ctx context.Context, kid string) (KeyVersion, error) {
+	op := fmt.Sprintf("lock version %q", kid)
+	var out []KeyVersion
+	err := t.query(ctx, op, `SELECT `+versionCols+` FROM key_versions WHERE kid = ?`+t.d.forUpdate, []any{kid},
+		func(scan func(...any) error) error {
+			v, err := scanVersion(scan)
+			out = append(out, v)
+			return err
+		})
+	if err != nil {
+		return KeyVersion{}, err
+	}
+	if len(out) == 0 {
+		return KeyVersion{}, fmt.Errorf("store: %s: %w", op, ErrNotFound)
+	}
+	return out[0], nil
+}
+
 // InsertVersion inserts v (instants in UTC truncated to Precision; nil or
 // empty SealedPrivateKey is stored as none). ErrConflict if the kid exists
 // under any key or v would be a second active version of its key;

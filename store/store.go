@@ -199,6 +199,12 @@ type Tx interface {
 	// ends (SELECT ... FOR UPDATE on PostgreSQL; SQLite transactions are
 	// already exclusive) and returns it. ErrNotFound if absent.
 	LockKey(ctx context.Context, name string) (Key, error)
+	// LockVersion takes an exclusive lock on the version row until the
+	// transaction ends (SELECT ... FOR UPDATE on PostgreSQL) and returns
+	// it: what the transaction then checks or acts on (its backend
+	// reference, its public key) cannot change under it before the commit
+	// at READ COMMITTED. ErrNotFound if absent.
+	LockVersion(ctx context.Context, kid string) (KeyVersion, error)
 	InsertKey(ctx context.Context, k Key) error // ErrConflict on duplicate name
 	UpdateKeyPolicy(ctx context.Context, name string, policy []byte) error
 	// UpdateKeyBackend sets the backend kind new versions of the key use.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -499,6 +500,7 @@ type cliAnchorFlags struct {
 	urls                        []string
 	unanchored                  bool
 	rec                         *logsRecorder
+	anchor                      *anchor.Anchor // set by wrap
 }
 
 func (f *cliAnchorFlags) register(cmd *cobra.Command, create bool) {
@@ -579,7 +581,41 @@ func (f *cliAnchorFlags) wrap(ctx context.Context, st store.Store, create bool, 
 	if err != nil {
 		return nil, err
 	}
+	f.anchor = a
 	return a.Wrap(st), nil
+}
+
+// checkVersion refuses version v of key history st unless the logs back
+// it and its key as stored (anchor.CheckAll: the public key, state and
+// instants, the backend reference, the key's policy): what an offline
+// command is about to do outside keysvc (schedule a KMS key's deletion,
+// disable it) must rest on what the log backs, not on a database row a
+// writer may have pointed at another key (an attack review, session 47;
+// ADR 0050). Only after wrap with an event key.
+func (f *cliAnchorFlags) checkVersion(ctx context.Context, st store.Store, v store.KeyVersion) error {
+	if f.anchor == nil {
+		return nil
+	}
+	h, err := st.ReadHistory(ctx)
+	if err != nil {
+		return err
+	}
+	verdict := f.anchor.CheckAll(ctx, h)
+	if reason := cmp.Or(verdict.Keys[v.KeyName], verdict.Versions[v.KID]); reason != "" {
+		return fmt.Errorf("refusing to act on %s: key history as stored is not what the transparency log backs: %s", v.KID, reason)
+	}
+	return nil
+}
+
+// anchoredHistory reports whether key history st is anchored in a
+// transparency log (anchor_events is not empty).
+func anchoredHistory(ctx context.Context, st store.Store) (bool, error) {
+	as, ok := st.(store.AnchorStore)
+	if !ok {
+		return false, nil
+	}
+	hashes, err := as.AnchorEventHashes(ctx)
+	return len(hashes) > 0, err
 }
 
 // warnUnrecorded tells the operator when a committed row's events did not

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/user"
@@ -114,12 +115,14 @@ func newAWSKMSCmd() *cobra.Command {
 // the KMS endpoint, and the audit actor and reason.
 type awskmsVersionCmd struct {
 	store            storeFlags
+	anchor           cliAnchorFlags
 	region, endpoint string
 	actor, reason    string
 }
 
 func (c *awskmsVersionCmd) register(cmd *cobra.Command) {
 	c.store.register(cmd)
+	c.anchor.register(cmd, false)
 	fs := cmd.Flags()
 	fs.StringVar(&c.region, "region", envOr("KEYSVC_AWSKMS_REGION", ""), "AWS region (env KEYSVC_AWSKMS_REGION); default: the region in the version's backend reference")
 	fs.StringVar(&c.endpoint, "endpoint", envOr("KEYSVC_AWSKMS_ENDPOINT", ""), "KMS endpoint override (env KEYSVC_AWSKMS_ENDPOINT)")
@@ -140,9 +143,29 @@ func (c *awskmsVersionCmd) load(ctx context.Context, kid string) (store.Store, s
 	if strings.TrimSpace(c.reason) == "" {
 		return nil, store.KeyVersion{}, nil, errors.New("--reason is required: it is recorded in the audit trail")
 	}
-	st, err := c.store.open(ctx, false)
+	raw, err := c.store.open(ctx, false)
 	if err != nil {
 		return nil, store.KeyVersion{}, nil, err
+	}
+	// On anchored key history the version and its key are checked against
+	// the log before KMS is asked to act on its backend reference, and the
+	// audit row is anchored (ADR 0050): a database writer could otherwise
+	// point a retired version at the active version's KMS key.
+	anchored, err := anchoredHistory(ctx, raw)
+	if err != nil {
+		raw.Close()
+		return nil, store.KeyVersion{}, nil, err
+	}
+	if anchored && c.anchor.keyFile == "" {
+		raw.Close()
+		return nil, store.KeyVersion{}, nil, errors.New("key history is anchored in a transparency log (ADR 0016): give --anchor-key-file and --tlog-url (or KEYSVC_ANCHOR_KEY_FILE and KEYSVC_TLOG_URL), as serve runs with, so that the version's backend reference and its key's policy are checked against the log before KMS acts on them (ADR 0050)")
+	}
+	st := raw
+	if c.anchor.keyFile != "" {
+		if st, err = c.anchor.wrap(ctx, raw, false, io.Discard); err != nil {
+			raw.Close()
+			return nil, store.KeyVersion{}, nil, err
+		}
 	}
 	v, err := st.GetVersion(ctx, kid)
 	if errors.Is(err, store.ErrNotFound) {
@@ -150,6 +173,10 @@ func (c *awskmsVersionCmd) load(ctx context.Context, kid string) (store.Store, s
 		return nil, store.KeyVersion{}, nil, fmt.Errorf("no key version %q in %s", kid, c.store.describe())
 	}
 	if err != nil {
+		st.Close()
+		return nil, store.KeyVersion{}, nil, err
+	}
+	if err := c.anchor.checkVersion(ctx, st, v); err != nil {
 		st.Close()
 		return nil, store.KeyVersion{}, nil, err
 	}
