@@ -56,6 +56,8 @@ type Config struct {
 	// anchor check --scan). A marker's absence is then proved as of that
 	// tree instead of resting on a log's unsigned "not found".
 	Scanned func(hash [32]byte) bool
+	// Now is the clock of owed events (ADR 0052); default time.Now.
+	Now func() time.Time
 }
 
 // Anchor signs key-history events, submits them and checks key history
@@ -219,6 +221,9 @@ func New(cfg Config) (*Anchor, error) {
 		unbound: map[string]bool{}, owed: map[[32]byte]*owedEvent{}, now: time.Now}
 	if a.log == nil {
 		a.log = slog.Default()
+	}
+	if cfg.Now != nil {
+		a.now = cfg.Now
 	}
 	if a.probe <= 0 {
 		a.probe = 3 * time.Second

@@ -106,7 +106,7 @@ func (t owedEventsTlog) Ready() error {
 	}
 	if n, oldest := t.anc.Owed(); n > 0 {
 		if age := time.Since(oldest); age > t.maxAge {
-			return fmt.Errorf("key history: %d events made here are not in the transparency log after %s (recorded again until a log proves them)", n, age.Round(time.Second))
+			return fmt.Errorf("key history: %d event(s) made here not in the transparency log after %s (recorded again until a log proves them)", n, age.Round(time.Second))
 		}
 	}
 	return nil
