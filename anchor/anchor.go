@@ -98,6 +98,8 @@ type Anchor struct {
 	// meanwhile (settleOwed).
 	owed map[[32]byte]*owedEvent
 	now  func() time.Time
+	// bindPending: Start could not bind (no log answered); Run retries.
+	bindPending bool
 }
 
 // owedEvent is an event made here and not yet found in a log.
@@ -684,9 +686,15 @@ func (a *Anchor) Run(ctx context.Context, every time.Duration) {
 		a.resubmitStored(ctx)
 		a.settleOwed(ctx)
 		a.mu.Lock()
-		unbound := len(a.unbound) > 0
+		unbound, pending := len(a.unbound) > 0, a.bindPending
 		a.mu.Unlock()
-		if unbound {
+		if pending {
+			if err := a.startBindings(ctx); err == nil {
+				a.mu.Lock()
+				a.bindPending = false
+				a.mu.Unlock()
+			}
+		} else if unbound {
 			if err := a.bindBackends(ctx); err != nil {
 				a.log.Warn("anchor: binding the backend references of versions minted before they were anchored failed; retrying at the next check", "err", err)
 			}
@@ -768,12 +776,51 @@ func (a *Anchor) Start(ctx context.Context) error {
 	if err := a.submitStored(ctx, stored, false); err != nil {
 		return fmt.Errorf("anchor: submitting stored key-history events: %w", err)
 	}
+	if err := a.startBindings(ctx); err != nil {
+		if !errors.Is(err, ErrLogUnreachable) {
+			return err
+		}
+		// A start during a log outage goes on, as it did before these
+		// bindings existed; Run binds once a log answers.
+		a.log.Warn("anchor: no transparency log answered whether backend references and approvals are anchored; retrying at the next check", "err", err)
+		a.mu.Lock()
+		a.bindPending = true
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+// startBindings binds the backend references of versions not bound yet
+// (ADR 0050) and starts anchoring approvals (ADR 0051).
+func (a *Anchor) startBindings(ctx context.Context) error {
 	if err := a.bindBackends(ctx); err != nil {
 		return fmt.Errorf("anchor: binding backend references: %w", err)
 	}
 	if err := a.anchorApprovals(ctx); err != nil {
 		return fmt.Errorf("anchor: anchoring approval requests: %w", err)
 	}
+	return nil
+}
+
+// LogsHoldHistory returns nil when a configured log proves it holds this
+// event key's bootstrap marker: the logs are the ones this key history is
+// anchored in, so that a marker they answer "not found" for is absent
+// there, not merely in a log that never saw this node (a wrong
+// --tlog-url). Errors: ErrLogUnreachable, or one that says the logs do
+// not hold it.
+func (a *Anchor) LogsHoldHistory(ctx context.Context) error {
+	boot, err := a.key.BootstrapMarker()
+	if err != nil {
+		return err
+	}
+	ok, err := a.logHas(ctx, boot)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("anchor: no transparency log given holds this key history (the bootstrap marker of event key %s): give the logs serve anchors key history in", a.key.KID())
+	}
+	a.learn(boot)
 	return nil
 }
 

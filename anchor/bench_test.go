@@ -270,7 +270,7 @@ func TestSettingsChangeBehindLog(t *testing.T) {
 	m1, _ := a.key.SettingsMarker(k.Name, 1)
 	a.learn(m1)
 	err := st.InTx(ctx, func(tx store.Tx) error { return tx.UpdateKeyPolicy(ctx, k.Name, []byte(`{"rotation_period":"720h"}`)) })
-	if !errors.Is(err, rotation.ErrHistoryNotBacked) || !strings.Contains(err.Error(), "records settings revision 1 that key history lacks") {
+	if !errors.Is(err, rotation.ErrHistoryNotBacked) || !strings.Contains(err.Error(), "the log records settings revision 1, key history holds 0 (rolled back in the database)") {
 		t.Fatalf("change behind the log: %v", err)
 	}
 	if got, err := a.st.GetKey(ctx, k.Name); err != nil || got.SettingsRev != 0 || got.Policy != nil {

@@ -1,6 +1,7 @@
 package anchor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -42,7 +43,8 @@ func (s *anchoredStore) AnchorEventHashes(ctx context.Context) ([][32]byte, erro
 func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
 	var t *anchoredTx
 	err := s.Store.InTx(ctx, func(tx store.Tx) error {
-		t = &anchoredTx{Tx: tx, a: s.a, keys: map[string]bool{}, keyRev: map[string]int64{}, keyChecked: map[string]bool{}, versions: map[string]bool{}, minted: map[string]bool{}, versionChecked: map[string]bool{}}
+		t = &anchoredTx{Tx: tx, a: s.a, keys: map[string]bool{}, keyRev: map[string]int64{}, keyChecked: map[string]bool{}, versions: map[string]bool{}, minted: map[string]bool{}, versionChecked: map[string]bool{},
+			read: map[string]store.KeyVersion{}, noBind: map[string]bool{}}
 		if err := fn(t); err != nil {
 			return err
 		}
@@ -77,10 +79,16 @@ type anchoredTx struct {
 	// versionChecked: version rows this transaction locked and found
 	// backed (LockVersion).
 	versionChecked map[string]bool
-	minted         map[string]bool // kids inserted
-	order          []string        // kids in write order
-	audits         []store.AuditEvent
-	events         []Event
+	// read: version rows as the transaction first read them, before it
+	// locked them (GetVersion, ListVersions).
+	read map[string]store.KeyVersion
+	// noBind: versions written whose backend reference no log could
+	// confirm (finish does not bind them).
+	noBind map[string]bool
+	minted map[string]bool // kids inserted
+	order  []string        // kids in write order
+	audits []store.AuditEvent
+	events []Event
 	// approvals filed (their facts are signed at finish), checked
 	// (LockApproval found them backed), decided (their markers are
 	// written at finish); ADR 0051.
@@ -200,6 +208,23 @@ func (t *anchoredTx) keyBackedBefore(ctx context.Context, k store.Key) error {
 	if err := t.backedBefore(ctx, f, "key "+k.Name); err != nil {
 		return err
 	}
+	// A backed fact of an older revision is a rolled-back row (ADR 0036):
+	// the policy it carries (a two-person rule switched on since) must
+	// not decide what one officer may do (an attack review, session 47).
+	// The marker of the next revision is probed as reloads probe it
+	// (cached while absent).
+	next, err := t.a.key.SettingsMarker(k.Name, k.SettingsRev+1)
+	if err != nil {
+		return err
+	}
+	present, err := t.a.markerPresent(ctx, next, true)
+	if err != nil {
+		return fmt.Errorf("%w: key %s never had settings revision %d: %w", rotation.ErrHistoryUnconfirmed, k.Name, k.SettingsRev+1, err)
+	}
+	if present {
+		t.a.log.Error("refusing to act on a key whose settings were rolled back in the database: the transparency log records a later settings revision", "key", k.Name, "settings_rev", k.SettingsRev+1)
+		return fmt.Errorf("anchor: key %s as stored is not backed by the transparency log: the log records settings revision %d, key history holds %d (rolled back in the database): %w", k.Name, k.SettingsRev+1, k.SettingsRev, rotation.ErrHistoryNotBacked)
+	}
 	t.keyChecked[k.Name] = true
 	return nil
 }
@@ -260,15 +285,20 @@ func (t *anchoredTx) backedBefore(ctx context.Context, f Event, what string) err
 
 // versionBackedBefore is backedBefore for version kid, at the
 // transaction's first write to it (a version inserted in this transaction
-// has nothing stored before): LockVersion.
+// has nothing stored before). A write does not act on the backend
+// reference (signing uses versions the reloads checked; a destroy calls
+// LockVersion itself first): when no log answers whether the reference
+// was bound, the write goes on — a revocation is never held up by a log
+// outage (ADR 0049) — and finish does not bind it.
 func (t *anchoredTx) versionBackedBefore(ctx context.Context, kid string) error {
-	_, err := t.LockVersion(ctx, kid)
+	_, err := t.lockVersion(ctx, kid, true)
 	return err
 }
 
 // LockVersion locks version kid's row (store.Tx.LockVersion) and, the
 // first time the transaction reads it, checks that the row as stored is
-// backed: its fact (backedBefore) and its backend reference (ADR 0050).
+// backed: its fact (backedBefore) and its backend reference (ADR 0050),
+// and that it is the row the transaction read before it locked it.
 // Whatever acts on a stored version — a destroy calls its backend with
 // the backend reference before anything is written (an attack review,
 // session 47: a refused destroy had already scheduled the deletion of
@@ -279,9 +309,24 @@ func (t *anchoredTx) versionBackedBefore(ctx context.Context, kid string) error 
 // review). Errors: rotation.ErrHistoryNotBacked,
 // rotation.ErrHistoryUnconfirmed, store.ErrNotFound.
 func (t *anchoredTx) LockVersion(ctx context.Context, kid string) (store.KeyVersion, error) {
+	return t.lockVersion(ctx, kid, false)
+}
+
+func (t *anchoredTx) lockVersion(ctx context.Context, kid string, write bool) (store.KeyVersion, error) {
 	v, err := t.Tx.LockVersion(ctx, kid)
 	if err != nil || t.versions[kid] || t.versionChecked[kid] {
 		return v, err
+	}
+	// The caller may act on (and write back) the copy it read before
+	// this lock: the lifecycle code reads a key's versions unlocked after
+	// locking the key. Every keysvc change to a version holds its key's
+	// lock, so a row that changed in between was changed by someone
+	// else, and the copy must not be written back (an attack review,
+	// session 47: an activated_at edited and restored around the lock
+	// was signed from the copy).
+	if read, ok := t.read[kid]; ok && !sameVersion(read, v) {
+		t.a.log.Error("refusing to change a key version that changed in the database while this change read it", "kid", kid)
+		return store.KeyVersion{}, fmt.Errorf("anchor: version %s changed in the database while this change read it; it is not changed: %w", kid, rotation.ErrHistoryNotBacked)
 	}
 	f, err := t.a.key.VersionFact(v)
 	if err != nil {
@@ -297,7 +342,13 @@ func (t *anchoredTx) LockVersion(ctx context.Context, kid string) (store.KeyVers
 	if in, ok := t.Tx.(store.AnchorStore); ok {
 		r = in
 	}
-	bound, _, err := t.a.backendBacked(ctx, r, v, false)
+	bound, _, err := t.a.backendBacked(ctx, r, v, true)
+	if err != nil && write {
+		t.a.log.Warn("writing a key version whose backend reference no transparency log could confirm as bound; it is not bound by this change", "kid", kid, "err", err)
+		t.noBind[kid] = true
+		t.versionChecked[kid] = true
+		return v, nil
+	}
 	if err != nil {
 		return store.KeyVersion{}, fmt.Errorf("%w: version %s's backend reference as stored: %w", rotation.ErrHistoryUnconfirmed, kid, err)
 	}
@@ -307,6 +358,41 @@ func (t *anchoredTx) LockVersion(ctx context.Context, kid string) (store.KeyVers
 	}
 	t.versionChecked[kid] = true
 	return v, nil
+}
+
+// GetVersion notes the row the transaction read (LockVersion compares).
+func (t *anchoredTx) GetVersion(ctx context.Context, kid string) (store.KeyVersion, error) {
+	v, err := t.Tx.GetVersion(ctx, kid)
+	if err == nil {
+		t.noteRead(v)
+	}
+	return v, err
+}
+
+// ListVersions notes the rows the transaction read (LockVersion compares).
+func (t *anchoredTx) ListVersions(ctx context.Context, keyName string) ([]store.KeyVersion, error) {
+	vs, err := t.Tx.ListVersions(ctx, keyName)
+	for _, v := range vs {
+		t.noteRead(v)
+	}
+	return vs, err
+}
+
+func (t *anchoredTx) noteRead(v store.KeyVersion) {
+	if _, ok := t.read[v.KID]; !ok && !t.versions[v.KID] && !t.versionChecked[v.KID] {
+		t.read[v.KID] = v
+	}
+}
+
+// sameVersion reports whether a and b are the same row: every column.
+func sameVersion(a, b store.KeyVersion) bool {
+	eqt := func(x, y *time.Time) bool { return (x == nil) == (y == nil) && (x == nil || x.Equal(*y)) }
+	return a.KID == b.KID && a.KeyName == b.KeyName && a.Algorithm == b.Algorithm && a.BackendRef == b.BackendRef &&
+		bytes.Equal(a.SealedPrivateKey, b.SealedPrivateKey) && bytes.Equal(a.PublicJWK, b.PublicJWK) && a.State == b.State &&
+		a.CreatedAt.Equal(b.CreatedAt) && eqt(a.PublishedAt, b.PublishedAt) && eqt(a.ActivatesAt, b.ActivatesAt) &&
+		eqt(a.ArmedAt, b.ArmedAt) && eqt(a.ActivatedAt, b.ActivatedAt) && eqt(a.RetiredAt, b.RetiredAt) &&
+		eqt(a.RevokedAt, b.RevokedAt) && eqt(a.CompromisedAt, b.CompromisedAt) && a.RevocationReason == b.RevocationReason &&
+		eqt(a.MaterialDestroyedAt, b.MaterialDestroyedAt)
 }
 
 func (t *anchoredTx) UpdateKeyPolicy(ctx context.Context, name string, policy []byte) error {
@@ -472,7 +558,12 @@ func (t *anchoredTx) finish(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		evs = append(evs, more...)
+		for _, ev := range more {
+			if t.noBind[kid] && (ev.Kind == FactBackend || ev.Kind == MarkerBackend) {
+				continue
+			}
+			evs = append(evs, ev)
+		}
 	}
 	for _, id := range t.approvalsFiled {
 		ap, err := t.Tx.LockApproval(ctx, id) // as stored

@@ -585,6 +585,12 @@ func (m *Manager) Approve(ctx context.Context, id string, actor Actor) (out Appr
 		} else if err != nil {
 			return err
 		}
+		if a.KeyName != name {
+			// The key was found by an unlocked read, and this transaction
+			// locked and checked that key: an approval whose key changed
+			// in between must not act on it (an attack review, session 47).
+			return fmt.Errorf("%w: approval %s changed while it was being approved (it named key %s, now %s); nothing was done", ErrInvalidTransition, id, name, a.KeyName)
+		}
 		if a.Status != "pending" {
 			return fmt.Errorf("%w: approval %s is already %s", ErrInvalidTransition, id, a.Status)
 		}

@@ -563,9 +563,7 @@ func (f *cliAnchorFlags) wrap(ctx context.Context, st store.Store, create bool, 
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := found[boot.Hash]; !ok {
-		return nil, fmt.Errorf("key history was not anchored with the event key in %s (event key %s: its bootstrap marker is not in anchor_events): give the key file serve runs with, or start serve with it once first", f.keyFile, key.KID())
-	}
+	_, inStore := found[boot.Hash]
 	urls := make([]string, len(f.urls))
 	for i, u := range f.urls {
 		urls[i] = strings.TrimSpace(u)
@@ -581,6 +579,14 @@ func (f *cliAnchorFlags) wrap(ctx context.Context, st store.Store, create bool, 
 	if err != nil {
 		return nil, err
 	}
+	if !inStore {
+		// Not in anchor_events: a key history never anchored with this
+		// key, or one whose anchor_events a database writer emptied; the
+		// logs tell them apart.
+		if err := a.LogsHoldHistory(ctx); err != nil {
+			return nil, fmt.Errorf("key history was not anchored with the event key in %s (event key %s: its bootstrap marker is neither in anchor_events nor in the logs given: %v): give the key file and logs serve runs with, or start serve with them once first", f.keyFile, key.KID(), err)
+		}
+	}
 	f.anchor = a
 	return a.Wrap(st), nil
 }
@@ -595,6 +601,9 @@ func (f *cliAnchorFlags) wrap(ctx context.Context, st store.Store, create bool, 
 func (f *cliAnchorFlags) checkVersion(ctx context.Context, st store.Store, v store.KeyVersion) error {
 	if f.anchor == nil {
 		return nil
+	}
+	if err := f.anchor.LogsHoldHistory(ctx); err != nil {
+		return err
 	}
 	h, err := st.ReadHistory(ctx)
 	if err != nil {

@@ -6,15 +6,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 
+	"github.com/keysvc/keysvc/anchor"
 	"github.com/keysvc/keysvc/backends/awskms"
 	"github.com/keysvc/keysvc/client"
 	"github.com/keysvc/keysvc/internal/kmstest"
 	"github.com/keysvc/keysvc/store"
+	"github.com/keysvc/keysvc/tlogclient"
 )
 
 // kmsKeyState asks the emulator for the KeyState of the KMS key that
@@ -218,6 +221,75 @@ func TestAnchoredOfflineKMSCommands(t *testing.T) {
 	// The command's audit row is anchored: audit verify finds every row so.
 	if out, errOut, code := runCLI(t, nil, append([]string{"audit", "verify", "--data-dir", e.dir}, anchored...)...); code != 0 {
 		t.Errorf("audit verify after the command: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestAnchoredOfflineKMSEmptiedAnchorEvents: whether key history is
+// anchored was decided from anchor_events, which the database writer
+// controls: with the version pointed at the active key and anchor_events
+// emptied, schedule-deletion without the event key checked nothing and
+// deleted the key that signs (an attack review, session 47). Now only the
+// operator's --unanchored skips the check, and with the event key the
+// logs answer for the emptied table.
+func TestAnchoredOfflineKMSEmptiedAnchorEvents(t *testing.T) {
+	ctx := context.Background()
+	lk := kmstest.StartLocalKMS(t)
+	logSrv := startTlogServer(t, t.TempDir())
+	t.Cleanup(func() { logSrv.stop(t) })
+	e := newLifecycleEnv(t, "")
+	keyFile := filepath.Join(e.dir, "anchor-key.json")
+	if _, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", keyFile); code != 0 {
+		t.Fatalf("anchor keygen: %s", errOut)
+	}
+	env := append(awskmsEnv(t), e.env...)
+	srv := startServer(t, env, "--data-dir", e.dir, "--kek-file", e.kek, "--jwks-max-age", "0s",
+		"--reload-interval", "300ms", "--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "300ms",
+		"--awskms-region", lk.Region, "--awskms-endpoint", lk.Endpoint, "--awskms-timeout", "5s")
+	c := client.New(srv.URL, e.token)
+	st, err := store.Open(ctx, store.Config{SQLitePath: filepath.Join(e.dir, "keysvc.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	db := dbWriter{st: st}
+	officer := append(append([]string{}, env...), "KEYSVC_AWSKMS_ENDPOINT="+lk.Endpoint)
+
+	_, v1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villa.example", Algorithm: "ES256", Backend: "awskms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, _, err := c.Rotate(ctx, "villa", "second version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReadyz(t, srv, true, "ready")
+	evKey, err := anchor.LoadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bm, err := evKey.BackendMarker(v1.KID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "v1's backend marker in the log", func() bool {
+		code, _ := proofFor(logSrv.URL, tlogclient.FormatHash(bm.Hash))
+		return code == 200
+	})
+	db.exec(t, `UPDATE key_versions SET backend_ref = ? WHERE kid = ?`, v2.BackendRef, v1.KID)
+	db.exec(t, `DELETE FROM anchor_events`)
+	waitReadyz(t, srv, false, v1.KID) // serve still sees the tampering
+
+	schedule := func(extra ...string) (string, string, int) {
+		return runCLI(t, officer, append([]string{"awskms", "schedule-deletion", v1.KID, "--pending-days", "7", "--data-dir", e.dir, "--reason", "retired; routine clean-up"}, extra...)...)
+	}
+	if out, errOut, code := schedule(); code == 0 || !strings.Contains(errOut, "or --unanchored when serve runs without key-history anchoring") {
+		t.Errorf("schedule-deletion without the event key, anchor_events emptied: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := schedule("--anchor-key-file", keyFile, "--tlog-url", logSrv.URL); code == 0 || !strings.Contains(errOut, "refusing to act on "+v1.KID) {
+		t.Errorf("schedule-deletion with the event key, anchor_events emptied: exit %d\n%s%s", code, out, errOut)
+	}
+	if s := kmsKeyState(t, lk, v2.BackendRef); s != "Enabled" {
+		t.Errorf("the ACTIVE version %s's KMS key is %s after the offline commands", v2.KID, s)
 	}
 }
 

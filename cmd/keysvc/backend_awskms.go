@@ -116,6 +116,7 @@ func newAWSKMSCmd() *cobra.Command {
 type awskmsVersionCmd struct {
 	store            storeFlags
 	anchor           cliAnchorFlags
+	unanchored       bool
 	region, endpoint string
 	actor, reason    string
 }
@@ -123,6 +124,7 @@ type awskmsVersionCmd struct {
 func (c *awskmsVersionCmd) register(cmd *cobra.Command) {
 	c.store.register(cmd)
 	c.anchor.register(cmd, false)
+	cmd.Flags().BoolVar(&c.unanchored, "unanchored", false, "key history is not anchored in a transparency log (serve runs without --anchor-key-file): act on the version as stored, unchecked")
 	fs := cmd.Flags()
 	fs.StringVar(&c.region, "region", envOr("KEYSVC_AWSKMS_REGION", ""), "AWS region (env KEYSVC_AWSKMS_REGION); default: the region in the version's backend reference")
 	fs.StringVar(&c.endpoint, "endpoint", envOr("KEYSVC_AWSKMS_ENDPOINT", ""), "KMS endpoint override (env KEYSVC_AWSKMS_ENDPOINT)")
@@ -151,14 +153,23 @@ func (c *awskmsVersionCmd) load(ctx context.Context, kid string) (store.Store, s
 	// the log before KMS is asked to act on its backend reference, and the
 	// audit row is anchored (ADR 0050): a database writer could otherwise
 	// point a retired version at the active version's KMS key.
-	anchored, err := anchoredHistory(ctx, raw)
-	if err != nil {
-		raw.Close()
-		return nil, store.KeyVersion{}, nil, err
-	}
-	if anchored && c.anchor.keyFile == "" {
-		raw.Close()
-		return nil, store.KeyVersion{}, nil, errors.New("key history is anchored in a transparency log (ADR 0016): give --anchor-key-file and --tlog-url (or KEYSVC_ANCHOR_KEY_FILE and KEYSVC_TLOG_URL), as serve runs with, so that the version's backend reference and its key's policy are checked against the log before KMS acts on them (ADR 0050)")
+	// Whether history is anchored is the operator's statement, not the
+	// database's: a writer can empty anchor_events (an attack review,
+	// session 47).
+	if c.anchor.keyFile == "" {
+		anchored, err := anchoredHistory(ctx, raw)
+		if err != nil {
+			raw.Close()
+			return nil, store.KeyVersion{}, nil, err
+		}
+		switch {
+		case anchored:
+			raw.Close()
+			return nil, store.KeyVersion{}, nil, errors.New("key history is anchored in a transparency log (ADR 0016): give --anchor-key-file and --tlog-url (or KEYSVC_ANCHOR_KEY_FILE and KEYSVC_TLOG_URL), as serve runs with, so that the version's backend reference and its key's policy are checked against the log before KMS acts on them (ADR 0050)")
+		case !c.unanchored:
+			raw.Close()
+			return nil, store.KeyVersion{}, nil, errors.New("give --anchor-key-file and --tlog-url (or KEYSVC_ANCHOR_KEY_FILE and KEYSVC_TLOG_URL) as serve runs with, so that the version's backend reference and its key's policy are checked against the transparency log before KMS acts on them (ADR 0050); or --unanchored when serve runs without key-history anchoring")
+		}
 	}
 	st := raw
 	if c.anchor.keyFile != "" {

@@ -119,7 +119,7 @@ func TestKMSServeES256(t *testing.T) {
 
 	// Officer commands, on key history directly.
 	officer := append(append([]string{}, env...), "KEYSVC_AWSKMS_ENDPOINT="+lk.Endpoint)
-	out, errOut, code := runCLI(t, officer, "awskms", "schedule-deletion", v2.KID, "--pending-days", "7", "--data-dir", e.dir, "--reason", "test")
+	out, errOut, code := runCLI(t, officer, "awskms", "schedule-deletion", v2.KID, "--pending-days", "7", "--data-dir", e.dir, "--reason", "test", "--unanchored")
 	if code == 0 || !strings.Contains(errOut, "is active") {
 		t.Fatalf("schedule-deletion of the active version: exit %d\n%s%s", code, out, errOut)
 	}
@@ -127,7 +127,13 @@ func TestKMSServeES256(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "--reason is required") {
 		t.Fatalf("schedule-deletion without a reason: exit %d\n%s%s", code, out, errOut)
 	}
+	// Whether key history is anchored is the operator's statement: without
+	// the event key, only --unanchored acts (ADR 0050).
 	out, errOut, code = runCLI(t, officer, "awskms", "schedule-deletion", v1.KID, "--pending-days", "7", "--data-dir", e.dir, "--reason", "retired a year ago")
+	if code == 0 || !strings.Contains(errOut, "or --unanchored when serve runs without key-history anchoring") {
+		t.Fatalf("schedule-deletion without the event key or --unanchored: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, officer, "awskms", "schedule-deletion", v1.KID, "--pending-days", "7", "--data-dir", e.dir, "--reason", "retired a year ago", "--unanchored")
 	if code != 0 || !strings.Contains(out, "scheduled deletion of "+v1.KID) || !strings.Contains(out, "aws kms cancel-key-deletion") ||
 		!strings.Contains(errOut, "historical public keys stay published from key history") {
 		t.Fatalf("schedule-deletion: exit %d\n%s%s", code, out, errOut)
@@ -146,7 +152,7 @@ func TestKMSServeES256(t *testing.T) {
 	}
 
 	// Disable the active version's KMS key: signing fails with key_disabled.
-	out, errOut, code = runCLI(t, officer, "awskms", "disable", v2.KID, "--data-dir", e.dir, "--reason", "kill switch drill")
+	out, errOut, code = runCLI(t, officer, "awskms", "disable", v2.KID, "--data-dir", e.dir, "--reason", "kill switch drill", "--unanchored")
 	if code != 0 || !strings.Contains(errOut, "WARNING") {
 		t.Fatalf("disable: exit %d\n%s%s", code, out, errOut)
 	}
@@ -264,7 +270,7 @@ func TestKMSDestroy(t *testing.T) {
 	if _, _, err := c.Rotate(ctx, "tpr", "retire w1"); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code = runCLI(t, officer, "awskms", "schedule-deletion", w1.KID, "--pending-days", "7", "--data-dir", e.dir, "--reason", "bypass attempt")
+	out, errOut, code = runCLI(t, officer, "awskms", "schedule-deletion", w1.KID, "--pending-days", "7", "--data-dir", e.dir, "--reason", "bypass attempt", "--unanchored")
 	if code == 0 || !strings.Contains(errOut, "two-person rule") || !strings.Contains(errOut, "keysvc keys destroy "+w1.KID) {
 		t.Fatalf("schedule-deletion under the two-person rule: exit %d\n%s%s", code, out, errOut)
 	}
