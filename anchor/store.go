@@ -44,7 +44,7 @@ func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error
 	var t *anchoredTx
 	err := s.Store.InTx(ctx, func(tx store.Tx) error {
 		t = &anchoredTx{Tx: tx, a: s.a, keys: map[string]bool{}, keyRev: map[string]int64{}, keyChecked: map[string]bool{}, versions: map[string]bool{}, minted: map[string]bool{}, versionChecked: map[string]bool{},
-			read: map[string]store.KeyVersion{}, noBind: map[string]bool{}}
+			read: map[string]store.KeyVersion{}, noBind: map[string]bool{}, keyUnconfirmed: map[string]bool{}}
 		if err := fn(t); err != nil {
 			return err
 		}
@@ -85,10 +85,13 @@ type anchoredTx struct {
 	// noBind: versions written whose backend reference no log could
 	// confirm (finish does not bind them).
 	noBind map[string]bool
-	minted map[string]bool // kids inserted
-	order  []string        // kids in write order
-	audits []store.AuditEvent
-	events []Event
+	// keyUnconfirmed: keys whose next settings revision no log could
+	// confirm absent (LockVersion refuses to act beyond a write on them).
+	keyUnconfirmed map[string]bool
+	minted         map[string]bool // kids inserted
+	order          []string        // kids in write order
+	audits         []store.AuditEvent
+	events         []Event
 	// approvals filed (their facts are signed at finish), checked
 	// (LockApproval found them backed), decided (their markers are
 	// written at finish); ADR 0051.
@@ -219,7 +222,14 @@ func (t *anchoredTx) keyBackedBefore(ctx context.Context, k store.Key) error {
 	}
 	present, err := t.a.markerPresent(ctx, next, true)
 	if err != nil {
-		return fmt.Errorf("%w: key %s never had settings revision %d: %w", rotation.ErrHistoryUnconfirmed, k.Name, k.SettingsRev+1, err)
+		// No log answers (a replica started during an outage, before any
+		// reload probed it). A revocation goes on (ADR 0049); what acts on
+		// the key's policy beyond it — a destroy (LockVersion), a settings
+		// change (finish probes its revision) — still needs the log.
+		t.a.log.Warn("acting on a key whose settings no transparency log could confirm as current; only changes that need no log go on", "key", k.Name, "err", err)
+		t.keyUnconfirmed[k.Name] = true
+		t.keyChecked[k.Name] = true
+		return nil
 	}
 	if present {
 		t.a.log.Error("refusing to act on a key whose settings were rolled back in the database: the transparency log records a later settings revision", "key", k.Name, "settings_rev", k.SettingsRev+1)
@@ -314,8 +324,27 @@ func (t *anchoredTx) LockVersion(ctx context.Context, kid string) (store.KeyVers
 
 func (t *anchoredTx) lockVersion(ctx context.Context, kid string, write bool) (store.KeyVersion, error) {
 	v, err := t.Tx.LockVersion(ctx, kid)
-	if err != nil || t.versions[kid] || t.versionChecked[kid] {
+	if err != nil {
 		return v, err
+	}
+	if !write && !t.minted[kid] {
+		// What acts on the version beyond a write (a destroy calls its
+		// backend) needs what a write let go unconfirmed during a log
+		// outage: its key's settings and its backend reference (an attack
+		// review, session 47: a write earlier in the same transaction
+		// let the destroy skip the check).
+		if t.keyUnconfirmed[v.KeyName] {
+			return store.KeyVersion{}, fmt.Errorf("%w: key %s's settings as stored could not be confirmed against the transparency log", rotation.ErrHistoryUnconfirmed, v.KeyName)
+		}
+		if t.noBind[kid] {
+			if err := t.backendBound(ctx, v); err != nil {
+				return store.KeyVersion{}, err
+			}
+			delete(t.noBind, kid)
+		}
+	}
+	if t.versions[kid] || t.versionChecked[kid] {
+		return v, nil
 	}
 	// The caller may act on (and write back) the copy it read before
 	// this lock: the lifecycle code reads a key's versions unlocked after
@@ -338,26 +367,35 @@ func (t *anchoredTx) lockVersion(ctx context.Context, kid string, write bool) (s
 	// Its backend reference decides what a destroy destroys (ADR 0050): a
 	// version pointed elsewhere in the database would have its material
 	// "destroyed" in the log while the key it names lives on.
+	if err := t.backendBound(ctx, v); err != nil {
+		if write && errors.Is(err, rotation.ErrHistoryUnconfirmed) {
+			t.a.log.Warn("writing a key version whose backend reference no transparency log could confirm as bound; it is not bound by this change", "kid", kid, "err", err)
+			t.noBind[kid] = true
+			t.versionChecked[kid] = true
+			return v, nil
+		}
+		return store.KeyVersion{}, err
+	}
+	t.versionChecked[kid] = true
+	return v, nil
+}
+
+// backendBound checks version v's backend reference as stored (ADR 0050).
+// Errors: rotation.ErrHistoryNotBacked, rotation.ErrHistoryUnconfirmed.
+func (t *anchoredTx) backendBound(ctx context.Context, v store.KeyVersion) error {
 	var r store.AnchorStore = t.a.as
 	if in, ok := t.Tx.(store.AnchorStore); ok {
 		r = in
 	}
 	bound, _, err := t.a.backendBacked(ctx, r, v, true)
-	if err != nil && write {
-		t.a.log.Warn("writing a key version whose backend reference no transparency log could confirm as bound; it is not bound by this change", "kid", kid, "err", err)
-		t.noBind[kid] = true
-		t.versionChecked[kid] = true
-		return v, nil
-	}
 	if err != nil {
-		return store.KeyVersion{}, fmt.Errorf("%w: version %s's backend reference as stored: %w", rotation.ErrHistoryUnconfirmed, kid, err)
+		return fmt.Errorf("%w: version %s's backend reference as stored: %w", rotation.ErrHistoryUnconfirmed, v.KID, err)
 	}
 	if !bound {
-		t.a.log.Error("refusing to act on a key version whose backend reference the transparency log does not back (altered in the database)", "kid", kid, "backend_ref", v.BackendRef)
-		return store.KeyVersion{}, fmt.Errorf("anchor: version %s as stored is not backed by the transparency log: %s; it is not changed: %w", kid, backendNotBacked, rotation.ErrHistoryNotBacked)
+		t.a.log.Error("refusing to act on a key version whose backend reference the transparency log does not back (altered in the database)", "kid", v.KID, "backend_ref", v.BackendRef)
+		return fmt.Errorf("anchor: version %s as stored is not backed by the transparency log: %s; it is not changed: %w", v.KID, backendNotBacked, rotation.ErrHistoryNotBacked)
 	}
-	t.versionChecked[kid] = true
-	return v, nil
+	return nil
 }
 
 // GetVersion notes the row the transaction read (LockVersion compares).
@@ -369,13 +407,34 @@ func (t *anchoredTx) GetVersion(ctx context.Context, kid string) (store.KeyVersi
 	return v, err
 }
 
-// ListVersions notes the rows the transaction read (LockVersion compares).
+// ListVersions notes the rows the transaction read (LockVersion
+// compares), and refuses to hand out a key's versions while one of them
+// is not backed by the log: the lifecycle code decides on all of them,
+// not only on those it writes (an attack review, session 47: a retired
+// version's published_at moved to 2030, never written again, made the
+// next rotation retire the active version in 2030 — keyState.clamp
+// follows the latest instant recorded). Such a key takes no change until
+// the row is put back; every reload withholds the row and /readyz names
+// it. Errors: rotation.ErrHistoryNotBacked, rotation.ErrHistoryUnconfirmed.
 func (t *anchoredTx) ListVersions(ctx context.Context, keyName string) ([]store.KeyVersion, error) {
 	vs, err := t.Tx.ListVersions(ctx, keyName)
+	if err != nil {
+		return vs, err
+	}
 	for _, v := range vs {
+		if t.versions[v.KID] || t.versionChecked[v.KID] {
+			continue
+		}
+		f, err := t.a.key.VersionFact(v)
+		if err != nil {
+			return nil, fmt.Errorf("anchor: version %s as stored: %w: %w", v.KID, err, rotation.ErrHistoryNotBacked)
+		}
+		if err := t.backedBefore(ctx, f, "version "+v.KID); err != nil {
+			return nil, fmt.Errorf("%w; key %s takes no change until it is put back", err, keyName)
+		}
 		t.noteRead(v)
 	}
-	return vs, err
+	return vs, nil
 }
 
 func (t *anchoredTx) noteRead(v store.KeyVersion) {

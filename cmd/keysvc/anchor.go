@@ -591,29 +591,35 @@ func (f *cliAnchorFlags) wrap(ctx context.Context, st store.Store, create bool, 
 	return a.Wrap(st), nil
 }
 
-// checkVersion refuses version v of key history st unless the logs back
-// it and its key as stored (anchor.CheckAll: the public key, state and
-// instants, the backend reference, the key's policy): what an offline
-// command is about to do outside keysvc (schedule a KMS key's deletion,
-// disable it) must rest on what the log backs, not on a database row a
-// writer may have pointed at another key (an attack review, session 47;
-// ADR 0050). Only after wrap with an event key.
-func (f *cliAnchorFlags) checkVersion(ctx context.Context, st store.Store, v store.KeyVersion) error {
-	if f.anchor == nil {
-		return nil
-	}
+// checkedVersion returns version kid and its key as checked: from one read of key
+// history st that the logs back for it and its key (anchor.CheckAll: the
+// public key, state and instants, the backend reference, the key's
+// policy). What an offline command then does outside keysvc (schedule a
+// KMS key's deletion, disable it) must act on that copy, not on another
+// read a database writer may have pointed at another key in between, nor
+// on a row the log does not back (attack reviews, session 47; ADR 0050).
+// Only after wrap with an event key.
+func (f *cliAnchorFlags) checkedVersion(ctx context.Context, st store.Store, kid string) (store.Key, store.KeyVersion, error) {
 	if err := f.anchor.LogsHoldHistory(ctx); err != nil {
-		return err
+		return store.Key{}, store.KeyVersion{}, err
 	}
 	h, err := st.ReadHistory(ctx)
 	if err != nil {
-		return err
+		return store.Key{}, store.KeyVersion{}, err
 	}
-	verdict := f.anchor.CheckAll(ctx, h)
-	if reason := cmp.Or(verdict.Keys[v.KeyName], verdict.Versions[v.KID]); reason != "" {
-		return fmt.Errorf("refusing to act on %s: key history as stored is not what the transparency log backs: %s", v.KID, reason)
+	for _, k := range h.Keys {
+		for _, v := range h.Versions[k.Name] {
+			if v.KID != kid {
+				continue
+			}
+			verdict := f.anchor.CheckAll(ctx, h)
+			if reason := cmp.Or(verdict.Keys[k.Name], verdict.Versions[kid]); reason != "" {
+				return store.Key{}, store.KeyVersion{}, fmt.Errorf("refusing to act on %s: key history as stored is not what the transparency log backs: %s", kid, reason)
+			}
+			return k, v, nil
+		}
 	}
-	return nil
+	return store.Key{}, store.KeyVersion{}, fmt.Errorf("no key version %q: %w", kid, store.ErrNotFound)
 }
 
 // anchoredHistory reports whether key history st is anchored in a

@@ -117,6 +117,7 @@ type awskmsVersionCmd struct {
 	store            storeFlags
 	anchor           cliAnchorFlags
 	unanchored       bool
+	key              store.Key // the version's key, as load read (and checked) it
 	region, endpoint string
 	actor, reason    string
 }
@@ -187,7 +188,12 @@ func (c *awskmsVersionCmd) load(ctx context.Context, kid string) (store.Store, s
 		st.Close()
 		return nil, store.KeyVersion{}, nil, err
 	}
-	if err := c.anchor.checkVersion(ctx, st, v); err != nil {
+	if c.anchor.anchor != nil {
+		if c.key, v, err = c.anchor.checkedVersion(ctx, st, kid); err != nil {
+			st.Close()
+			return nil, store.KeyVersion{}, nil, err
+		}
+	} else if c.key, err = st.GetKey(ctx, v.KeyName); err != nil {
 		st.Close()
 		return nil, store.KeyVersion{}, nil, err
 	}
@@ -260,7 +266,7 @@ like 'keysvc audit').`,
 			if v.State != store.StateRetired && v.State != store.StateRevoked {
 				return fmt.Errorf("%s is %s: it still signs or is about to; rotate (or revoke) first, then schedule deletion of its key material", v.KID, v.State)
 			}
-			if err := refuseUnderTwoPersonRule(ctx, st, v); err != nil {
+			if err := refuseUnderTwoPersonRule(c.key, v); err != nil {
 				return err
 			}
 			w := cmd.ErrOrStderr()
@@ -296,11 +302,7 @@ like 'keysvc audit').`,
 // key whose policy has the two-person rule: the approval flow of
 // `keysvc keys destroy` must not be bypassable by whoever can open key
 // history and reach KMS.
-func refuseUnderTwoPersonRule(ctx context.Context, st store.Store, v store.KeyVersion) error {
-	k, err := st.GetKey(ctx, v.KeyName)
-	if err != nil {
-		return err
-	}
+func refuseUnderTwoPersonRule(k store.Key, v store.KeyVersion) error {
 	var pol rotation.Policy
 	if len(k.Policy) > 0 {
 		if err := json.Unmarshal(k.Policy, &pol); err != nil {
