@@ -44,7 +44,7 @@ func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error
 	var t *anchoredTx
 	err := s.Store.InTx(ctx, func(tx store.Tx) error {
 		t = &anchoredTx{Tx: tx, a: s.a, keys: map[string]bool{}, keyRev: map[string]int64{}, keyChecked: map[string]bool{}, versions: map[string]bool{}, minted: map[string]bool{}, versionChecked: map[string]bool{},
-			read: map[string]store.KeyVersion{}, noBind: map[string]bool{}, keyUnconfirmed: map[string]bool{}}
+			read: map[string]store.KeyVersion{}, noBind: map[string]bool{}}
 		if err := fn(t); err != nil {
 			return err
 		}
@@ -85,13 +85,10 @@ type anchoredTx struct {
 	// noBind: versions written whose backend reference no log could
 	// confirm (finish does not bind them).
 	noBind map[string]bool
-	// keyUnconfirmed: keys whose next settings revision no log could
-	// confirm absent (LockVersion refuses to act beyond a write on them).
-	keyUnconfirmed map[string]bool
-	minted         map[string]bool // kids inserted
-	order          []string        // kids in write order
-	audits         []store.AuditEvent
-	events         []Event
+	minted map[string]bool // kids inserted
+	order  []string        // kids in write order
+	audits []store.AuditEvent
+	events []Event
 	// approvals filed (their facts are signed at finish), checked
 	// (LockApproval found them backed), decided (their markers are
 	// written at finish); ADR 0051.
@@ -222,14 +219,11 @@ func (t *anchoredTx) keyBackedBefore(ctx context.Context, k store.Key) error {
 	}
 	present, err := t.a.markerPresent(ctx, next, true)
 	if err != nil {
-		// No log answers (a replica started during an outage, before any
-		// reload probed it). A revocation goes on (ADR 0049); what acts on
-		// the key's policy beyond it — a destroy (LockVersion), a settings
-		// change (finish probes its revision) — still needs the log.
-		t.a.log.Warn("acting on a key whose settings no transparency log could confirm as current; only changes that need no log go on", "key", k.Name, "err", err)
-		t.keyUnconfirmed[k.Name] = true
-		t.keyChecked[k.Name] = true
-		return nil
+		// Never probed, and no log answers: a replica started during an
+		// outage. Its reloads withhold every version for the same reason;
+		// it takes no change until a log answers (a replica running
+		// before the outage has the answer cached and revokes through it).
+		return fmt.Errorf("%w: key %s never had settings revision %d: %w", rotation.ErrHistoryUnconfirmed, k.Name, k.SettingsRev+1, err)
 	}
 	if present {
 		t.a.log.Error("refusing to act on a key whose settings were rolled back in the database: the transparency log records a later settings revision", "key", k.Name, "settings_rev", k.SettingsRev+1)
@@ -330,12 +324,9 @@ func (t *anchoredTx) lockVersion(ctx context.Context, kid string, write bool) (s
 	if !write && !t.minted[kid] {
 		// What acts on the version beyond a write (a destroy calls its
 		// backend) needs what a write let go unconfirmed during a log
-		// outage: its key's settings and its backend reference (an attack
-		// review, session 47: a write earlier in the same transaction
-		// let the destroy skip the check).
-		if t.keyUnconfirmed[v.KeyName] {
-			return store.KeyVersion{}, fmt.Errorf("%w: key %s's settings as stored could not be confirmed against the transparency log", rotation.ErrHistoryUnconfirmed, v.KeyName)
-		}
+		// outage: its backend reference (an attack review, session 47: a
+		// write earlier in the same transaction let the destroy skip the
+		// check).
 		if t.noBind[kid] {
 			if err := t.backendBound(ctx, v); err != nil {
 				return store.KeyVersion{}, err
@@ -432,9 +423,53 @@ func (t *anchoredTx) ListVersions(ctx context.Context, keyName string) ([]store.
 		if err := t.backedBefore(ctx, f, "version "+v.KID); err != nil {
 			return nil, fmt.Errorf("%w; key %s takes no change until it is put back", err, keyName)
 		}
+		// A fact signed once is not enough: a row put back to an earlier
+		// fact of the same version (a retired version made pending and
+		// armed again) would be activated by the next change (an attack
+		// review, session 47). Its later states' markers must be absent,
+		// as every reload requires (probed as reloads probe them).
+		later := laterStates(v.State)
+		if v.MaterialDestroyedAt == nil {
+			later = append(later, "destroyed")
+		}
+		for _, st := range later {
+			m, err := t.a.key.StateMarker(v.KID, st)
+			if err != nil {
+				return nil, err
+			}
+			present, err := t.a.markerPresent(ctx, m, true)
+			if err != nil {
+				return nil, fmt.Errorf("%w: version %s never reached state %s: %w", rotation.ErrHistoryUnconfirmed, v.KID, st, err)
+			}
+			if present {
+				t.a.log.Error("refusing to change a key one of whose versions was rolled back in the database: the transparency log records a later state", "kid", v.KID, "state", st)
+				return nil, fmt.Errorf("anchor: version %s as stored is not backed by the transparency log: the log records it %s, key history says %s (rolled back in the database); key %s takes no change until it is put back: %w", v.KID, st, v.State, keyName, rotation.ErrHistoryNotBacked)
+			}
+		}
 		t.noteRead(v)
 	}
 	return vs, nil
+}
+
+// ListKeys refuses to hand out keys while one of them is not backed: the
+// lifecycle code decides on them (CreateKey's issuer sharing; an attack
+// review, session 47: an issuer moved in the database let a second key
+// take it without share_issuer). Errors: rotation.ErrHistoryNotBacked,
+// rotation.ErrHistoryUnconfirmed.
+func (t *anchoredTx) ListKeys(ctx context.Context) ([]store.Key, error) {
+	ks, err := t.Tx.ListKeys(ctx)
+	if err != nil {
+		return ks, err
+	}
+	for _, k := range ks {
+		if t.keys[k.Name] {
+			continue
+		}
+		if err := t.keyBackedBefore(ctx, k); err != nil {
+			return nil, err
+		}
+	}
+	return ks, nil
 }
 
 func (t *anchoredTx) noteRead(v store.KeyVersion) {
