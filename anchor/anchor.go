@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/keysvc/keysvc/internal/sameorigin"
 	"github.com/keysvc/keysvc/rotation"
 	"github.com/keysvc/keysvc/store"
@@ -402,6 +404,38 @@ func (a *Anchor) markerPresent(ctx context.Context, ev Event, cachedOK bool) (bo
 	}
 	a.mu.Unlock()
 	return ok, nil
+}
+
+// markersPresent is markerPresent for many markers, at most 16 look-ups
+// in flight: a transition on a key with many versions, on a process that
+// has not probed them yet, waits for the slowest look-up, not the sum.
+// The first error is returned.
+func (a *Anchor) markersPresent(ctx context.Context, evs []Event, cachedOK bool) ([]bool, error) {
+	out := make([]bool, len(evs))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, ev := range evs {
+		g.Go(func() error {
+			ok, err := a.markerPresent(gctx, ev, cachedOK)
+			out[i] = ok
+			return err
+		})
+	}
+	return out, g.Wait()
+}
+
+// noteAbsent records markers known absent without asking a log (a kid
+// minted in a committed change has no later states); Refresh probes them
+// again like any marker cached as absent.
+func (a *Anchor) noteAbsent(evs ...Event) {
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ev := range evs {
+		if _, ok := a.absent[ev.Hash]; !ok && !a.known[ev.Hash] {
+			a.absent[ev.Hash] = absentMarker{at: now, ev: ev}
+		}
+	}
 }
 
 // Check implements rotation.HistoryChecker: for every key and version

@@ -54,6 +54,7 @@ func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error
 		return err
 	}
 	s.a.learn(t.events...)
+	s.a.noteAbsent(t.absent...)
 	s.a.owe(t.events)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30e9)
 	defer cancel()
@@ -88,6 +89,9 @@ type anchoredTx struct {
 	minted map[string]bool // kids inserted
 	order  []string        // kids in write order
 	audits []store.AuditEvent
+	// absent: markers known absent once the transaction commits (a
+	// minted kid's later states, its key's next version number).
+	absent []Event
 	events []Event
 	// approvals filed (their facts are signed at finish), checked
 	// (LockApproval found them backed), decided (their markers are
@@ -412,6 +416,13 @@ func (t *anchoredTx) ListVersions(ctx context.Context, keyName string) ([]store.
 	if err != nil {
 		return vs, err
 	}
+	// Facts first (memory, then this transaction's anchor_events), then
+	// every version's later-state markers at once (markersPresent): a
+	// process that has not probed them yet waits for the slowest look-up,
+	// not their sum, while it holds the key's lock (a review, session 47:
+	// 78 look-ups one after another on a 41-version key).
+	var markers []Event
+	var owner []store.KeyVersion
 	for _, v := range vs {
 		if t.versions[v.KID] || t.versionChecked[v.KID] {
 			continue
@@ -437,15 +448,21 @@ func (t *anchoredTx) ListVersions(ctx context.Context, keyName string) ([]store.
 			if err != nil {
 				return nil, err
 			}
-			present, err := t.a.markerPresent(ctx, m, true)
-			if err != nil {
-				return nil, fmt.Errorf("%w: version %s never reached state %s: %w", rotation.ErrHistoryUnconfirmed, v.KID, st, err)
-			}
-			if present {
-				t.a.log.Error("refusing to change a key one of whose versions was rolled back in the database: the transparency log records a later state", "kid", v.KID, "state", st)
-				return nil, fmt.Errorf("anchor: version %s as stored is not backed by the transparency log: the log records it %s, key history says %s (rolled back in the database); key %s takes no change until it is put back: %w", v.KID, st, v.State, keyName, rotation.ErrHistoryNotBacked)
-			}
+			markers, owner = append(markers, m), append(owner, v)
 		}
+	}
+	present, err := t.a.markersPresent(ctx, markers, true)
+	if err != nil {
+		return nil, fmt.Errorf("%w: key %s: the later states of its versions: %w", rotation.ErrHistoryUnconfirmed, keyName, err)
+	}
+	for i, p := range present {
+		if p {
+			v, st := owner[i], strings.TrimPrefix(markers[i].Subject, owner[i].KID+"#")
+			t.a.log.Error("refusing to change a key one of whose versions was rolled back in the database: the transparency log records a later state", "kid", v.KID, "state", st)
+			return nil, fmt.Errorf("anchor: version %s as stored is not backed by the transparency log: the log records it %s, key history says %s (rolled back in the database); key %s takes no change until it is put back: %w", v.KID, st, v.State, keyName, rotation.ErrHistoryNotBacked)
+		}
+	}
+	for _, v := range vs {
 		t.noteRead(v)
 	}
 	return vs, nil
@@ -651,6 +668,28 @@ func (t *anchoredTx) finish(ctx context.Context) error {
 		more, err := t.a.versionEvents(v, n, t.minted[kid])
 		if err != nil {
 			return err
+		}
+		if t.minted[kid] {
+			// A kid the log never saw minted (InsertVersion checked) has
+			// no later states, and its key no next version: known absent
+			// without asking a log, so that a change during a log outage
+			// right after a mint needs no look-up (a review, session 47).
+			later := laterStates(v.State)
+			if v.MaterialDestroyedAt == nil {
+				later = append(later, "destroyed")
+			}
+			for _, st := range later {
+				m, err := t.a.key.StateMarker(kid, st)
+				if err != nil {
+					return err
+				}
+				t.absent = append(t.absent, m)
+			}
+			om, err := t.a.key.OrdinalMarker(v.KeyName, n+1)
+			if err != nil {
+				return err
+			}
+			t.absent = append(t.absent, om)
 		}
 		for _, ev := range more {
 			if t.noBind[kid] && (ev.Kind == FactBackend || ev.Kind == MarkerBackend) {
