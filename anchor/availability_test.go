@@ -2,15 +2,11 @@ package anchor
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/keysvc/keysvc/backends"
-	"github.com/keysvc/keysvc/backends/software"
 	"github.com/keysvc/keysvc/rotation"
 	"github.com/keysvc/keysvc/store"
 	"github.com/keysvc/keysvc/tlogclient"
@@ -137,21 +133,7 @@ func TestColdTransitionProbesEveryVersion(t *testing.T) {
 	}
 	// The replica restarts; its log answers in 100 ms.
 	l := &slowEmptyLog{d: 100 * time.Millisecond}
-	b, err := New(Config{Key: e.key, Logs: []tlogclient.Log{l}, Store: e.st, Recorder: e.logged,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := software.New([]byte("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := rotation.New(rotation.Config{Store: b.Wrap(e.st), Backends: []backends.Backend{sb}, History: b,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), JWKSMaxAge: -1})
-	_ = m.Reload(ctx) // the start's reload: 750 ms of look-ups
+	_, m := e.restart(t, l, nil)
 	before := l.count()
 	if _, _, err := m.Revoke(ctx, retired.KID, store.Now(), "compromised", alice); err != nil {
 		t.Fatal(err)

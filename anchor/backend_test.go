@@ -2,7 +2,6 @@ package anchor
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -32,31 +31,11 @@ type legacyEnv struct {
 func newLegacyEnv(t *testing.T) *legacyEnv {
 	ctx := context.Background()
 	c := store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")}
-	if _, err := store.Migrate(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	key, err := GenerateKeyFile(filepath.Join(t.TempDir(), "k.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, key := storeAndKey(t, c)
 	logged := &memRecorder{} // the log: what was recorded is found
 	newAnchor := func() *Anchor {
 		a, err := New(Config{Key: key, Logs: []tlogclient.Log{&emptyLog{}}, Store: st, Recorder: logged,
-			Scanned: func(h [32]byte) bool {
-				logged.mu.Lock()
-				defer logged.mu.Unlock()
-				for jws := range logged.seen {
-					if sha256.Sum256([]byte(jws)) == h {
-						return true
-					}
-				}
-				return false
-			}})
+			Scanned: logged.scanned})
 		if err != nil {
 			t.Fatal(err)
 		}

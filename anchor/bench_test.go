@@ -2,6 +2,7 @@ package anchor
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -51,6 +52,25 @@ func history(keys, versions int) store.History {
 	return h
 }
 
+// storeAndKey migrates and opens the key history c and makes an event key.
+func storeAndKey(t *testing.T, c store.Config) (store.Store, *EventKey) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := store.Migrate(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	key, err := GenerateKeyFile(filepath.Join(t.TempDir(), "k.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, key
+}
+
 func newTestAnchor(t testing.TB, l tlogclient.Log) *Anchor {
 	t.Helper()
 	c := store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")}
@@ -90,6 +110,19 @@ func (r *memRecorder) Record(_ context.Context, typ string, artifacts ...string)
 		r.jws, r.seen[a] = append(r.jws, a), true
 	}
 	return nil
+}
+
+// scanned answers a look-up from what r recorded: a log that has what it
+// was given (Config.Scanned).
+func (r *memRecorder) scanned(h [32]byte) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for jws := range r.seen {
+		if sha256.Sum256([]byte(jws)) == h {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *memRecorder) has(jws string) bool {

@@ -2,9 +2,7 @@ package anchor
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,31 +28,11 @@ func TestVersionRowLockedWhileChecked(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	c := store.Config{PostgresURL: url}
-	if _, err := store.Migrate(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	key, err := GenerateKeyFile(filepath.Join(t.TempDir(), "k.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, key := storeAndKey(t, c)
 	logged := &memRecorder{}
 	newAnchor := func() *Anchor {
 		a, err := New(Config{Key: key, Logs: []tlogclient.Log{&emptyLog{}}, Store: st, Recorder: logged,
-			Scanned: func(h [32]byte) bool {
-				logged.mu.Lock()
-				defer logged.mu.Unlock()
-				for jws := range logged.seen {
-					if sha256.Sum256([]byte(jws)) == h {
-						return true
-					}
-				}
-				return false
-			}})
+			Scanned: logged.scanned})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package anchor
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"io"
@@ -37,31 +36,11 @@ type lifecycleEnv struct {
 func newLifecycleEnv(t *testing.T, c store.Config) *lifecycleEnv {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := store.Migrate(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	key, err := GenerateKeyFile(filepath.Join(t.TempDir(), "k.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, key := storeAndKey(t, c)
 	logged := &memRecorder{}
 	a, err := New(Config{Key: key, Logs: []tlogclient.Log{&emptyLog{}}, Store: st, Recorder: logged,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Scanned: func(h [32]byte) bool {
-			logged.mu.Lock()
-			defer logged.mu.Unlock()
-			for jws := range logged.seen {
-				if sha256.Sum256([]byte(jws)) == h {
-					return true
-				}
-			}
-			return false
-		}})
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Scanned: logged.scanned})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +57,30 @@ func newLifecycleEnv(t *testing.T, c store.Config) *lifecycleEnv {
 		t.Fatal(err)
 	}
 	return &lifecycleEnv{st: st, key: key, logged: logged, a: a, m: m}
+}
+
+// restart is another replica on e's store: a new Anchor reading log l
+// (a start, its reload done), and a Manager on it with the software
+// backend b (nil: a new one).
+func (e *lifecycleEnv) restart(t *testing.T, l tlogclient.Log, b backends.Backend) (*Anchor, *rotation.Manager) {
+	t.Helper()
+	a, err := New(Config{Key: e.key, Logs: []tlogclient.Log{l}, Store: e.st, Recorder: e.logged,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatalf("a start: %v", err)
+	}
+	if b == nil {
+		if b, err = software.New([]byte("0123456789abcdef0123456789abcdef")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := rotation.New(rotation.Config{Store: a.Wrap(e.st), Backends: []backends.Backend{b}, History: a,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), JWKSMaxAge: -1})
+	_ = m.Reload(context.Background())
+	return a, m
 }
 
 var (

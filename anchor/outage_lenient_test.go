@@ -139,21 +139,7 @@ func TestRevokeDuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A replica started during the outage.
-	b, err := New(Config{Key: e.key, Logs: []tlogclient.Log{&downLog{}}, Store: e.st, Recorder: e.logged,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(ctx); err != nil {
-		t.Fatalf("a start during a log outage: %v", err)
-	}
-	sb, err := software.New([]byte("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := rotation.New(rotation.Config{Store: b.Wrap(e.st), Backends: []backends.Backend{sb}, History: b,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), JWKSMaxAge: -1})
-	_ = m.Reload(ctx)
+	_, m := e.restart(t, &downLog{}, nil)
 	if _, _, err := m.Revoke(ctx, retired.KID, store.Now(), "compromised", alice); !errors.Is(err, rotation.ErrHistoryUnconfirmed) {
 		t.Errorf("revoking on a replica started during a log outage: %v, want ErrHistoryUnconfirmed", err)
 	}

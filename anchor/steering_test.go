@@ -3,17 +3,12 @@ package anchor
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/keysvc/keysvc/backends"
-	"github.com/keysvc/keysvc/backends/software"
 	"github.com/keysvc/keysvc/rotation"
 	"github.com/keysvc/keysvc/store"
-	"github.com/keysvc/keysvc/tlogclient"
 )
 
 // TestRolledBackPendingSteersCompleteDue (an attack review, session 47;
@@ -99,21 +94,7 @@ func TestRolledBackKeyDuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A replica (re)started during a log outage.
-	b, err := New(Config{Key: e.key, Logs: []tlogclient.Log{&downLog{}}, Store: e.st, Recorder: e.logged,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := software.New([]byte("0123456789abcdef0123456789abcdef"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := rotation.New(rotation.Config{Store: b.Wrap(e.st), Backends: []backends.Backend{sb}, History: b,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), JWKSMaxAge: -1})
-	_ = m.Reload(ctx)
+	_, m := e.restart(t, &downLog{}, nil)
 	_, _, err = m.Revoke(ctx, retired.KID, time.Unix(0, 0), "one officer, compromised since 1970", alice)
 	if !errors.Is(err, rotation.ErrHistoryUnconfirmed) {
 		t.Errorf("err %v: one officer revoked %s (compromised_at 1970) under a two-person rule the log records on, from a key row rolled back in the database, during a log outage", err, retired.KID)

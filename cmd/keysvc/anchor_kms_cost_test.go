@@ -15,20 +15,6 @@ import (
 	"github.com/keysvc/keysvc/tlogclient"
 )
 
-// noLog is a log nothing reaches (every look-up goes to Config.Scanned).
-type noLog struct{}
-
-func (noLog) URL() string { return "http://log.test" }
-func (noLog) AddBatch(context.Context, []tlogclient.Entry) (*tlogclient.Promise, error) {
-	return nil, fmt.Errorf("not for this test")
-}
-func (noLog) Proof(context.Context, [32]byte, uint64) ([]byte, error) {
-	return nil, tlogclient.ErrNotFound
-}
-func (noLog) Archive(context.Context, uint64, int) ([]tlogclient.ArchivedTree, error) {
-	return nil, nil
-}
-
 // TestOfflineKMSCheckCostsWholeHistory (a review, session 47; fixed: only
 // the version's own key is checked): the offline awskms
 // commands (schedule-deletion, disable: a 60 s context) check the one
@@ -87,7 +73,7 @@ func TestOfflineKMSCheckCostsWholeHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	var probes atomic.Int64
-	a, err := anchor.New(anchor.Config{Key: key, Logs: []tlogclient.Log{noLog{}}, Store: st, Recorder: nopRecorder{},
+	a, err := anchor.New(anchor.Config{Key: key, Logs: []tlogclient.Log{absentLog{}}, Store: st, Recorder: nopRecorder{},
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Scanned: func(h [32]byte) bool { return false }})
 	if err != nil {
@@ -97,7 +83,7 @@ func TestOfflineKMSCheckCostsWholeHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A fresh offline command (its own process: nothing cached).
-	a2, err := anchor.New(anchor.Config{Key: key, Logs: []tlogclient.Log{noLog{}}, Store: st,
+	a2, err := anchor.New(anchor.Config{Key: key, Logs: []tlogclient.Log{absentLog{}}, Store: st,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Scanned: func(h [32]byte) bool {
 			if h == boot.Hash {

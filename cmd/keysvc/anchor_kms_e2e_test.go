@@ -37,6 +37,51 @@ func kmsKeyState(t *testing.T, lk *kmstest.LocalKMS, ref string) string {
 	return string(out.KeyMetadata.KeyState)
 }
 
+// anchoredKMS is serve with AWS KMS (the emulator), a log and key-history
+// anchoring, on SQLite or (pgURL) PostgreSQL, and an officer's
+// environment for the offline awskms commands.
+type anchoredKMS struct {
+	lk       *kmstest.LocalKMS
+	logSrv   *tlogServer
+	e        *lifecycleEnv
+	keyFile  string
+	env      []string
+	officer  []string
+	anchored []string // --anchor-key-file and --tlog-url, as serve runs with
+}
+
+func newAnchoredKMS(t *testing.T, pgURL string) *anchoredKMS {
+	t.Helper()
+	k := &anchoredKMS{lk: kmstest.StartLocalKMS(t), logSrv: startTlogServer(t, t.TempDir())}
+	t.Cleanup(func() { k.logSrv.stop(t) })
+	k.e = newLifecycleEnv(t, pgURL)
+	k.keyFile = filepath.Join(k.e.dir, "anchor-key.json")
+	if _, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", k.keyFile); code != 0 {
+		t.Fatalf("anchor keygen: %s", errOut)
+	}
+	k.env = append(awskmsEnv(t), k.e.env...)
+	k.officer = append(append([]string{}, k.env...), "KEYSVC_AWSKMS_ENDPOINT="+k.lk.Endpoint)
+	k.anchored = []string{"--anchor-key-file", k.keyFile, "--tlog-url", k.logSrv.URL}
+	return k
+}
+
+// serve starts serve on it.
+func (k *anchoredKMS) serve(t *testing.T) *server {
+	return startServer(t, k.env, "--data-dir", k.e.dir, "--kek-file", k.e.kek, "--jwks-max-age", "0s",
+		"--reload-interval", "300ms", "--tlog-url", k.logSrv.URL, "--anchor-key-file", k.keyFile, "--anchor-check-interval", "300ms",
+		"--awskms-region", k.lk.Region, "--awskms-endpoint", k.lk.Endpoint, "--awskms-timeout", "5s")
+}
+
+// sqlite opens its SQLite key history, as a database writer would.
+func (k *anchoredKMS) sqlite(t *testing.T) (store.Store, dbWriter) {
+	st, err := store.Open(context.Background(), store.Config{SQLitePath: filepath.Join(k.e.dir, "keysvc.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, dbWriter{st: st}
+}
+
 // TestAnchoredDestroyLocksBeforeTheBackend: a destroy calls the
 // backend's DestroyKey with the version's backend reference. It did so
 // with the row as read with the key's state, before the write where the
@@ -54,29 +99,12 @@ func kmsKeyState(t *testing.T, lk *kmstest.LocalKMS, ref string) string {
 // not asked to do anything.
 func TestAnchoredDestroyLocksBeforeTheBackend(t *testing.T) {
 	ctx := context.Background()
-	lk := kmstest.StartLocalKMS(t)
-	logSrv := startTlogServer(t, t.TempDir())
-	t.Cleanup(func() { logSrv.stop(t) })
-	e := newLifecycleEnv(t, "")
-	keyFile := filepath.Join(e.dir, "anchor-key.json")
-	if _, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", keyFile); code != 0 {
-		t.Fatalf("anchor keygen: %s", errOut)
-	}
-	env := append(awskmsEnv(t), e.env...)
-	serve := func() *server {
-		return startServer(t, env, "--data-dir", e.dir, "--kek-file", e.kek, "--jwks-max-age", "0s",
-			"--reload-interval", "300ms", "--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "300ms",
-			"--awskms-region", lk.Region, "--awskms-endpoint", lk.Endpoint, "--awskms-timeout", "5s")
-	}
+	k := newAnchoredKMS(t, "")
+	lk, logSrv, e, keyFile, officer := k.lk, k.logSrv, k.e, k.keyFile, k.officer
+	serve := func() *server { return k.serve(t) }
 	srv := serve()
 	c := client.New(srv.URL, e.token)
-	st, err := store.Open(ctx, store.Config{SQLitePath: filepath.Join(e.dir, "keysvc.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	db := dbWriter{st: st}
-	officer := append(append([]string{}, env...), "KEYSVC_AWSKMS_ENDPOINT="+lk.Endpoint)
+	_, db := k.sqlite(t)
 
 	kmsKey := func(name string) (retired, active client.Version) {
 		t.Helper()
@@ -153,27 +181,12 @@ func TestAnchoredDestroyLocksBeforeTheBackend(t *testing.T) {
 // refuse a version or key the log does not back; put back, they act.
 func TestAnchoredOfflineKMSCommands(t *testing.T) {
 	ctx := context.Background()
-	lk := kmstest.StartLocalKMS(t)
-	logSrv := startTlogServer(t, t.TempDir())
-	t.Cleanup(func() { logSrv.stop(t) })
-	e := newLifecycleEnv(t, "")
-	keyFile := filepath.Join(e.dir, "anchor-key.json")
-	if _, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", keyFile); code != 0 {
-		t.Fatalf("anchor keygen: %s", errOut)
-	}
-	env := append(awskmsEnv(t), e.env...)
-	srv := startServer(t, env, "--data-dir", e.dir, "--kek-file", e.kek, "--jwks-max-age", "0s",
-		"--reload-interval", "300ms", "--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "300ms",
-		"--awskms-region", lk.Region, "--awskms-endpoint", lk.Endpoint, "--awskms-timeout", "5s")
+	k := newAnchoredKMS(t, "")
+	lk, e, officer := k.lk, k.e, k.officer
+	srv := k.serve(t)
 	c := client.New(srv.URL, e.token)
-	st, err := store.Open(ctx, store.Config{SQLitePath: filepath.Join(e.dir, "keysvc.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	db := dbWriter{st: st}
-	officer := append(append([]string{}, env...), "KEYSVC_AWSKMS_ENDPOINT="+lk.Endpoint)
-	anchored := []string{"--anchor-key-file", keyFile, "--tlog-url", logSrv.URL}
+	_, db := k.sqlite(t)
+	anchored := k.anchored
 
 	_, v1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villa.example", Algorithm: "ES256", Backend: "awskms"})
 	if err != nil {
@@ -233,26 +246,11 @@ func TestAnchoredOfflineKMSCommands(t *testing.T) {
 // logs answer for the emptied table.
 func TestAnchoredOfflineKMSEmptiedAnchorEvents(t *testing.T) {
 	ctx := context.Background()
-	lk := kmstest.StartLocalKMS(t)
-	logSrv := startTlogServer(t, t.TempDir())
-	t.Cleanup(func() { logSrv.stop(t) })
-	e := newLifecycleEnv(t, "")
-	keyFile := filepath.Join(e.dir, "anchor-key.json")
-	if _, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", keyFile); code != 0 {
-		t.Fatalf("anchor keygen: %s", errOut)
-	}
-	env := append(awskmsEnv(t), e.env...)
-	srv := startServer(t, env, "--data-dir", e.dir, "--kek-file", e.kek, "--jwks-max-age", "0s",
-		"--reload-interval", "300ms", "--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "300ms",
-		"--awskms-region", lk.Region, "--awskms-endpoint", lk.Endpoint, "--awskms-timeout", "5s")
+	k := newAnchoredKMS(t, "")
+	lk, logSrv, e, keyFile, officer := k.lk, k.logSrv, k.e, k.keyFile, k.officer
+	srv := k.serve(t)
 	c := client.New(srv.URL, e.token)
-	st, err := store.Open(ctx, store.Config{SQLitePath: filepath.Join(e.dir, "keysvc.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	db := dbWriter{st: st}
-	officer := append(append([]string{}, env...), "KEYSVC_AWSKMS_ENDPOINT="+lk.Endpoint)
+	_, db := k.sqlite(t)
 
 	_, v1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villa.example", Algorithm: "ES256", Backend: "awskms"})
 	if err != nil {

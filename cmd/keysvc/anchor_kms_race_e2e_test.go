@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keysvc/keysvc/client"
-	"github.com/keysvc/keysvc/internal/kmstest"
 	"github.com/keysvc/keysvc/internal/pgtest"
 )
 
@@ -28,21 +26,10 @@ import (
 func TestOfflineKMSActsOnUncheckedCopy(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.URL(t)
-	lk := kmstest.StartLocalKMS(t)
-	logSrv := startTlogServer(t, t.TempDir())
-	t.Cleanup(func() { logSrv.stop(t) })
-	e := newLifecycleEnv(t, url)
-	keyFile := filepath.Join(e.dir, "anchor-key.json")
-	if _, errOut, code := runCLI(t, nil, "anchor", "keygen", "--out", keyFile); code != 0 {
-		t.Fatalf("anchor keygen: %s", errOut)
-	}
-	env := append(awskmsEnv(t), e.env...)
-	srv := startServer(t, env, "--data-dir", e.dir, "--kek-file", e.kek, "--jwks-max-age", "0s",
-		"--reload-interval", "300ms", "--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "300ms",
-		"--awskms-region", lk.Region, "--awskms-endpoint", lk.Endpoint, "--awskms-timeout", "5s")
+	k := newAnchoredKMS(t, url)
+	lk, e, officer, anchored := k.lk, k.e, k.officer, k.anchored
+	srv := k.serve(t)
 	c := client.New(srv.URL, e.token)
-	officer := append(append([]string{}, env...), "KEYSVC_AWSKMS_ENDPOINT="+lk.Endpoint)
-	anchored := []string{"--anchor-key-file", keyFile, "--tlog-url", logSrv.URL}
 
 	_, v1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villa.example", Algorithm: "ES256", Backend: "awskms"})
 	if err != nil {
