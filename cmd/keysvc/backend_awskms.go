@@ -250,7 +250,11 @@ retired version within retention) keeps the version's public key, so
 receipts it signed remain verifiable. Only new signatures become impossible.
 
 The action is recorded in the audit trail (key history is opened directly,
-like 'keysvc audit').`,
+like 'keysvc audit'). Give --anchor-key-file and --tlog-url as serve runs
+with: the version, its backend reference and its key's policy are then
+checked against the transparency log first, and KMS acts on the version as
+checked (ADR 0050); --unanchored only when serve runs without key-history
+anchoring.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
@@ -323,7 +327,10 @@ func newAWSKMSDisableCmd() *cobra.Command {
 		Long: `Disable the KMS key of key version KID. Signing with it then fails with
 key_disabled. Use it as a kill switch for a version that must stop signing
 at once (revoke it in keysvc too), or to retire key material before
-scheduling its deletion. Public keys stay published from key history.`,
+scheduling its deletion. Public keys stay published from key history.
+Give --anchor-key-file and --tlog-url as serve runs with (the version is
+checked against the transparency log first, ADR 0050), or --unanchored when
+serve runs without key-history anchoring.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 60*time.Second)
