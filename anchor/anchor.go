@@ -362,13 +362,11 @@ func (a *Anchor) factBacked(ctx context.Context, r store.AnchorStore, ev Event) 
 	if a.isKnown(ev.Hash) {
 		return true, nil
 	}
-	got, err := r.AnchorEventsByHash(ctx, [][32]byte{ev.Hash})
-	if err != nil {
-		return false, err
-	}
-	if s, ok := got[ev.Hash]; ok && s.JWS == ev.JWS {
-		a.learn(ev)
-		return true, nil
+	if ok, err := stored(ctx, r, ev); err != nil || ok {
+		if ok {
+			a.learn(ev)
+		}
+		return ok, err
 	}
 	ok, err := a.logHas(ctx, ev)
 	if ok {
@@ -557,11 +555,7 @@ func (a *Anchor) checkVersion(ctx context.Context, ver store.KeyVersion) string 
 			a.learn(m)
 		}
 	}
-	later := laterStates(ver.State)
-	if ver.MaterialDestroyedAt == nil {
-		later = append(later, "destroyed")
-	}
-	for _, s := range later {
+	for _, s := range absentStates(ver) {
 		m, err := a.key.StateMarker(ver.KID, s)
 		if err != nil {
 			return "version " + ver.KID + ": " + err.Error()
@@ -606,12 +600,7 @@ func (a *Anchor) backendBacked(ctx context.Context, r store.AnchorStore, ver sto
 	}
 	// The marker is stored with the fact (anchor_events) and recorded
 	// with it: stored but not found means the fact row was deleted too.
-	if got, err := r.AnchorEventsByHash(ctx, [][32]byte{m.Hash}); err != nil {
-		return false, false, err
-	} else if s, ok := got[m.Hash]; ok && s.JWS == m.JWS {
-		return false, false, nil
-	}
-	present, err := a.markerPresent(ctx, m, cachedOK)
+	present, err := a.storedOrLogged(ctx, r, m, cachedOK)
 	if err != nil || present {
 		return false, false, err
 	}
@@ -669,8 +658,6 @@ func (a *Anchor) bindBackends(ctx context.Context) error {
 	if err != nil || len(evs) == 0 {
 		return err
 	}
-	a.learn(evs...)
-	a.owe(evs)
 	a.mu.Lock()
 	for _, kid := range kids {
 		delete(a.unbound, kid)
@@ -678,11 +665,7 @@ func (a *Anchor) bindBackends(ctx context.Context) error {
 	a.mu.Unlock()
 	a.log.Warn("key-history anchoring: the backend references of versions minted before they were anchored are anchored now, as stored, on trust (ADR 0050)",
 		"versions", len(kids), "kids", strings.Join(kids, ","))
-	if err := a.submit(ctx, evs); err != nil {
-		a.log.Error("backend-reference events committed but not recorded for the transparency log yet; they are submitted again at the next check or start", "events", len(evs), "err", err)
-		return nil
-	}
-	a.markSubmitted(evs)
+	a.committed(ctx, evs)
 	return nil
 }
 
@@ -742,6 +725,23 @@ func (a *Anchor) Run(ctx context.Context, every time.Duration) {
 			}
 		}
 	}
+}
+
+// committed takes the events of a committed change this process made:
+// known backed, owed until a log proves them (ADR 0052), and recorded now
+// (30 s at most, whatever ctx); what is not recorded now is recorded
+// again from anchor_events at the next check or start.
+func (a *Anchor) committed(ctx context.Context, evs []Event) {
+	a.learn(evs...)
+	a.owe(evs)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := a.submit(rctx, evs); err != nil {
+		a.log.Error("key-history events committed but not recorded for the transparency log yet; they are submitted again at the next check or start",
+			"events", len(evs), "err", err)
+		return
+	}
+	a.markSubmitted(evs)
 }
 
 // submit records events' JWS as vrp_status_event leaves.
@@ -905,29 +905,30 @@ func (a *Anchor) anchorApprovals(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.learn(evs...)
-	a.owe(evs)
 	a.log.Warn("key-history anchoring: approval requests are anchored from now on; those pending now are anchored as stored, on trust (ADR 0051)",
 		"pending", len(ids), "approvals", strings.Join(ids, ","))
-	if err := a.submit(ctx, evs); err != nil {
-		a.log.Error("approval events committed but not recorded for the transparency log yet; they are submitted again at the next check or start", "events", len(evs), "err", err)
-		return nil
-	}
-	a.markSubmitted(evs)
+	a.committed(ctx, evs)
 	return nil
 }
 
 // storedOrLogged reports whether event ev is in anchor_events (r) or a
 // log: a marker this service wrote, whether or not the log has it yet.
-func (a *Anchor) storedOrLogged(ctx context.Context, r store.AnchorStore, ev Event) (bool, error) {
+// cachedOK as for markerPresent.
+func (a *Anchor) storedOrLogged(ctx context.Context, r store.AnchorStore, ev Event, cachedOK bool) (bool, error) {
+	if ok, err := stored(ctx, r, ev); err != nil || ok {
+		return ok, err
+	}
+	return a.markerPresent(ctx, ev, cachedOK)
+}
+
+// stored reports whether anchor_events (r) holds event ev, its very JWS.
+func stored(ctx context.Context, r store.AnchorStore, ev Event) (bool, error) {
 	got, err := r.AnchorEventsByHash(ctx, [][32]byte{ev.Hash})
 	if err != nil {
 		return false, err
 	}
-	if s, ok := got[ev.Hash]; ok && s.JWS == ev.JWS {
-		return true, nil
-	}
-	return a.markerPresent(ctx, ev, false)
+	s, ok := got[ev.Hash]
+	return ok && s.JWS == ev.JWS, nil
 }
 
 // submitStored records stored events, 1,000 per Record, and marks them

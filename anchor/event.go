@@ -433,6 +433,16 @@ func laterStates(s store.KeyState) []string {
 	return nil
 }
 
+// absentStates are the state markers that must be absent for version v
+// as stored: its later states, and "destroyed" while its material is not.
+func absentStates(v store.KeyVersion) []string {
+	later := laterStates(v.State)
+	if v.MaterialDestroyedAt == nil {
+		later = append(later, "destroyed")
+	}
+	return later
+}
+
 // reachedStates are the state markers a version in state s with material
 // destroyed or not has written on its way.
 func reachedStates(v store.KeyVersion) []string {

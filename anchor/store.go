@@ -53,18 +53,8 @@ func (s *anchoredStore) InTx(ctx context.Context, fn func(store.Tx) error) error
 	if err != nil || t == nil || len(t.events) == 0 {
 		return err
 	}
-	s.a.learn(t.events...)
 	s.a.noteAbsent(t.absent...)
-	s.a.owe(t.events)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30e9)
-	defer cancel()
-	if err := s.a.submit(rctx, t.events); err != nil {
-		// Committed and stored: submitted again at the next check (Run) or start.
-		s.a.log.Error("key-history events committed but not recorded for the transparency log yet; they are submitted again at the next check or start",
-			"events", len(t.events), "err", err)
-		return nil
-	}
-	s.a.markSubmitted(t.events)
+	s.a.committed(ctx, t.events)
 	return nil
 }
 
@@ -101,6 +91,15 @@ type anchoredTx struct {
 	approvalsDecided []string
 }
 
+// anchorStore is the anchor_events this transaction sees, on its
+// connection (the store's when the transaction cannot read them).
+func (t *anchoredTx) anchorStore() store.AnchorStore {
+	if in, ok := t.Tx.(store.AnchorStore); ok {
+		return in
+	}
+	return t.a.as
+}
+
 func (t *anchoredTx) InsertApproval(ctx context.Context, ap store.Approval) error {
 	if err := t.Tx.InsertApproval(ctx, ap); err != nil {
 		return err
@@ -127,10 +126,7 @@ func (t *anchoredTx) LockApproval(ctx context.Context, id string) (store.Approva
 	if err != nil || t.approvalsChecked[id] {
 		return ap, err
 	}
-	var r store.AnchorStore = t.a.as
-	if in, ok := t.Tx.(store.AnchorStore); ok {
-		r = in
-	}
+	r := t.anchorStore()
 	anchored, err := t.a.approvalsAnchored(ctx, r)
 	if err != nil {
 		return store.Approval{}, fmt.Errorf("%w: whether approval requests are anchored: %w", rotation.ErrHistoryUnconfirmed, err)
@@ -148,7 +144,7 @@ func (t *anchoredTx) LockApproval(ctx context.Context, id string) (store.Approva
 			if err != nil {
 				return store.Approval{}, err
 			}
-			decided, err := t.a.storedOrLogged(ctx, r, m)
+			decided, err := t.a.storedOrLogged(ctx, r, m, false)
 			if err != nil && ap.Action == "revoke" {
 				// Taking access away is never held up by a log outage
 				// (ADR 0049): a revocation carried out twice revokes what
@@ -276,10 +272,7 @@ func (t *anchoredTx) settingsChange(ctx context.Context, name string) error {
 // Errors: rotation.ErrHistoryNotBacked when the fact is not backed,
 // rotation.ErrHistoryUnconfirmed when it could not be checked.
 func (t *anchoredTx) backedBefore(ctx context.Context, f Event, what string) error {
-	var r store.AnchorStore = t.a.as
-	if in, ok := t.Tx.(store.AnchorStore); ok {
-		r = in // this transaction's view, on its connection
-	}
+	r := t.anchorStore()
 	ok, err := t.a.factBacked(ctx, r, f)
 	if err != nil {
 		return fmt.Errorf("%w: %s as stored: %w", rotation.ErrHistoryUnconfirmed, what, err)
@@ -378,10 +371,7 @@ func (t *anchoredTx) lockVersion(ctx context.Context, kid string, write bool) (s
 // backendBound checks version v's backend reference as stored (ADR 0050).
 // Errors: rotation.ErrHistoryNotBacked, rotation.ErrHistoryUnconfirmed.
 func (t *anchoredTx) backendBound(ctx context.Context, v store.KeyVersion) error {
-	var r store.AnchorStore = t.a.as
-	if in, ok := t.Tx.(store.AnchorStore); ok {
-		r = in
-	}
+	r := t.anchorStore()
 	bound, _, err := t.a.backendBacked(ctx, r, v, true)
 	if err != nil {
 		return fmt.Errorf("%w: version %s's backend reference as stored: %w", rotation.ErrHistoryUnconfirmed, v.KID, err)
@@ -439,11 +429,7 @@ func (t *anchoredTx) ListVersions(ctx context.Context, keyName string) ([]store.
 		// armed again) would be activated by the next change (an attack
 		// review, session 47). Its later states' markers must be absent,
 		// as every reload requires (probed as reloads probe them).
-		later := laterStates(v.State)
-		if v.MaterialDestroyedAt == nil {
-			later = append(later, "destroyed")
-		}
-		for _, st := range later {
+		for _, st := range absentStates(v) {
 			m, err := t.a.key.StateMarker(v.KID, st)
 			if err != nil {
 				return nil, err
@@ -674,11 +660,7 @@ func (t *anchoredTx) finish(ctx context.Context) error {
 			// no later states, and its key no next version: known absent
 			// without asking a log, so that a change during a log outage
 			// right after a mint needs no look-up (a review, session 47).
-			later := laterStates(v.State)
-			if v.MaterialDestroyedAt == nil {
-				later = append(later, "destroyed")
-			}
-			for _, st := range later {
+			for _, st := range absentStates(v) {
 				m, err := t.a.key.StateMarker(kid, st)
 				if err != nil {
 					return err
