@@ -83,6 +83,22 @@ func (e *lifecycleEnv) restart(t *testing.T, l tlogclient.Log, b backends.Backen
 	return a, m
 }
 
+// newVilla is a lifecycleEnv on SQLite with key villa rotated once, and
+// villa's retired first version.
+func newVilla(t *testing.T) (*lifecycleEnv, store.KeyVersion) {
+	t.Helper()
+	ctx := context.Background()
+	e := newLifecycleEnv(t, store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")})
+	if _, _, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: "villa", Issuer: "villa.example"}, alice); err != nil {
+		t.Fatal(err)
+	}
+	_, retired, err := e.m.Rotate(ctx, "villa", alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, retired
+}
+
 var (
 	alice = rotation.Actor{Name: "alice", ID: rotation.PrincipalID("alice"), Reason: "test"}
 	bob   = rotation.Actor{Name: "bob", ID: rotation.PrincipalID("bob"), Reason: "test"}
@@ -99,14 +115,7 @@ var (
 // Serve's own check flags the key as rolled back at the same time.
 func TestLockKeyRefusesRolledBackSettings(t *testing.T) {
 	ctx := context.Background()
-	e := newLifecycleEnv(t, store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")})
-	if _, _, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: "villa", Issuer: "villa.example"}, alice); err != nil {
-		t.Fatal(err)
-	}
-	_, retired, err := e.m.Rotate(ctx, "villa", alice)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, retired := newVilla(t)
 	before, err := e.st.GetKey(ctx, "villa") // revision 0: no two-person rule; anchored
 	if err != nil {
 		t.Fatal(err)

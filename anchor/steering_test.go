@@ -74,14 +74,7 @@ func TestRolledBackPendingSteersCompleteDue(t *testing.T) {
 // answers.
 func TestRolledBackKeyDuringOutage(t *testing.T) {
 	ctx := context.Background()
-	e := newLifecycleEnv(t, store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")})
-	if _, _, err := e.m.CreateKey(ctx, rotation.CreateKeyRequest{Name: "villa", Issuer: "villa.example"}, alice); err != nil {
-		t.Fatal(err)
-	}
-	_, retired, err := e.m.Rotate(ctx, "villa", alice)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, retired := newVilla(t)
 	before, err := e.st.GetKey(ctx, "villa")
 	if err != nil {
 		t.Fatal(err)

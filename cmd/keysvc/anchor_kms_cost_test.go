@@ -29,15 +29,7 @@ import (
 // exceeded"), whichever key the version belongs to.
 func TestOfflineKMSCheckCostsWholeHistory(t *testing.T) {
 	ctx := context.Background()
-	c := store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")}
-	if _, err := store.Migrate(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := migratedSQLite(t)
 	const keys, versions = 20, 25
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	if err := st.InTx(ctx, func(tx store.Tx) error {

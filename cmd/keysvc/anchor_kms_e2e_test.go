@@ -20,6 +20,22 @@ import (
 	"github.com/keysvc/keysvc/tlogclient"
 )
 
+// kmsKey creates key name on AWS KMS (ES256) and rotates it once: its
+// retired first version and its active second.
+func kmsKey(t *testing.T, c *client.Client, name string) (retired, active client.Version) {
+	t.Helper()
+	ctx := context.Background()
+	_, v1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: name, Issuer: name + ".example", Algorithm: "ES256", Backend: "awskms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, _, err := c.Rotate(ctx, name, "second version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v1, v2
+}
+
 // kmsKeyState asks the emulator for the KeyState of the KMS key that
 // backend reference ref names (Enabled, Disabled, PendingDeletion).
 func kmsKeyState(t *testing.T, lk *kmstest.LocalKMS, ref string) string {
@@ -106,18 +122,6 @@ func TestAnchoredDestroyLocksBeforeTheBackend(t *testing.T) {
 	c := client.New(srv.URL, e.token)
 	_, db := k.sqlite(t)
 
-	kmsKey := func(name string) (retired, active client.Version) {
-		t.Helper()
-		_, v1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: name, Issuer: name + ".example", Algorithm: "ES256", Backend: "awskms"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		v2, _, err := c.Rotate(ctx, name, "second version")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v1, v2
-	}
 	notBacked := func(t *testing.T, err error) {
 		t.Helper()
 		var ce *client.Error
@@ -127,8 +131,8 @@ func TestAnchoredDestroyLocksBeforeTheBackend(t *testing.T) {
 	}
 
 	t.Run("active key of another key", func(t *testing.T) {
-		x, _ := kmsKey("villa")
-		_, y := kmsKey("other")
+		x, _ := kmsKey(t, c, "villa")
+		_, y := kmsKey(t, c, "other")
 		waitReadyz(t, srv, true, "ready")
 		if s := kmsKeyState(t, lk, y.BackendRef); s != "Enabled" {
 			t.Fatalf("other's active KMS key: %s", s)
@@ -148,8 +152,8 @@ func TestAnchoredDestroyLocksBeforeTheBackend(t *testing.T) {
 	})
 
 	t.Run("reference only, at a disabled key", func(t *testing.T) {
-		x, _ := kmsKey("villa2")
-		z, _ := kmsKey("spare")
+		x, _ := kmsKey(t, c, "villa2")
+		z, _ := kmsKey(t, c, "spare")
 		if out, errOut, code := runCLI(t, officer, "awskms", "disable", z.KID, "--data-dir", e.dir, "--reason", "kill switch while investigating",
 			"--anchor-key-file", keyFile, "--tlog-url", logSrv.URL); code != 0 {
 			t.Fatalf("awskms disable: %s%s", out, errOut)
@@ -188,14 +192,7 @@ func TestAnchoredOfflineKMSCommands(t *testing.T) {
 	_, db := k.sqlite(t)
 	anchored := k.anchored
 
-	_, v1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villa.example", Algorithm: "ES256", Backend: "awskms"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v2, _, err := c.Rotate(ctx, "villa", "second version")
-	if err != nil {
-		t.Fatal(err)
-	}
+	v1, v2 := kmsKey(t, c, "villa")
 	waitReadyz(t, srv, true, "ready")
 	orig := db.version(t, v1.KID)
 	db.exec(t, `UPDATE key_versions SET backend_ref = ? WHERE kid = ?`, v2.BackendRef, v1.KID)
@@ -245,21 +242,13 @@ func TestAnchoredOfflineKMSCommands(t *testing.T) {
 // operator's --unanchored skips the check, and with the event key the
 // logs answer for the emptied table.
 func TestAnchoredOfflineKMSEmptiedAnchorEvents(t *testing.T) {
-	ctx := context.Background()
 	k := newAnchoredKMS(t, "")
 	lk, logSrv, e, keyFile, officer := k.lk, k.logSrv, k.e, k.keyFile, k.officer
 	srv := k.serve(t)
 	c := client.New(srv.URL, e.token)
 	_, db := k.sqlite(t)
 
-	_, v1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villa.example", Algorithm: "ES256", Backend: "awskms"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v2, _, err := c.Rotate(ctx, "villa", "second version")
-	if err != nil {
-		t.Fatal(err)
-	}
+	v1, v2 := kmsKey(t, c, "villa")
 	waitReadyz(t, srv, true, "ready")
 	evKey, err := anchor.LoadKeyFile(keyFile)
 	if err != nil {

@@ -31,14 +31,7 @@ func TestOfflineKMSActsOnUncheckedCopy(t *testing.T) {
 	srv := k.serve(t)
 	c := client.New(srv.URL, e.token)
 
-	_, v1, err := c.CreateKey(ctx, client.CreateKeyRequest{Name: "villa", Issuer: "villa.example", Algorithm: "ES256", Backend: "awskms"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v2, _, err := c.Rotate(ctx, "villa", "second version")
-	if err != nil {
-		t.Fatal(err)
-	}
+	v1, v2 := kmsKey(t, c, "villa")
 	waitReadyz(t, srv, true, "ready")
 	srv.stop(t) // an officer's offline command; serve's reloads would wait on the lock too
 

@@ -41,10 +41,9 @@ type readyTlog struct {
 
 func (r readyTlog) Ready() error { return r.err }
 
-// TestReadyzOwedEvents: /readyz turns unready once an event this process
-// made has waited longer than the bound to be proved in a log (ADR 0052),
-// and the log client's own unreadiness comes first.
-func TestReadyzOwedEvents(t *testing.T) {
+// migratedSQLite is a new, migrated SQLite key history, closed after t.
+func migratedSQLite(t *testing.T) store.Store {
+	t.Helper()
 	ctx := context.Background()
 	c := store.Config{SQLitePath: filepath.Join(t.TempDir(), "keysvc.db")}
 	if _, err := store.Migrate(ctx, c); err != nil {
@@ -54,7 +53,16 @@ func TestReadyzOwedEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// TestReadyzOwedEvents: /readyz turns unready once an event this process
+// made has waited longer than the bound to be proved in a log (ADR 0052),
+// and the log client's own unreadiness comes first.
+func TestReadyzOwedEvents(t *testing.T) {
+	ctx := context.Background()
+	st := migratedSQLite(t)
 	key, err := anchor.GenerateKeyFile(filepath.Join(t.TempDir(), "k.json"))
 	if err != nil {
 		t.Fatal(err)
