@@ -816,7 +816,7 @@ func (a *Anchor) Start(ctx context.Context) error {
 		}
 		// A start during a log outage goes on, as it did before these
 		// bindings existed; Run binds once a log answers.
-		a.log.Warn("anchor: no transparency log answered whether backend references and approvals are anchored; retrying at the next check", "err", err)
+		a.log.Warn("anchor: no transparency log answered whether backend references, approvals and API tokens are anchored; retrying at the next check", "err", err)
 		a.mu.Lock()
 		a.bindPending = true
 		a.mu.Unlock()
@@ -825,13 +825,17 @@ func (a *Anchor) Start(ctx context.Context) error {
 }
 
 // startBindings binds the backend references of versions not bound yet
-// (ADR 0050) and starts anchoring approvals (ADR 0051).
+// (ADR 0050) and starts anchoring approvals (ADR 0051) and API tokens
+// (ADR 0053).
 func (a *Anchor) startBindings(ctx context.Context) error {
 	if err := a.bindBackends(ctx); err != nil {
 		return fmt.Errorf("anchor: binding backend references: %w", err)
 	}
 	if err := a.anchorApprovals(ctx); err != nil {
 		return fmt.Errorf("anchor: anchoring approval requests: %w", err)
+	}
+	if err := a.anchorTokens(ctx); err != nil {
+		return fmt.Errorf("anchor: anchoring API tokens: %w", err)
 	}
 	return nil
 }
@@ -905,8 +909,12 @@ func (a *Anchor) anchorApprovals(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.log.Warn("key-history anchoring: approval requests are anchored from now on; those pending now are anchored as stored, on trust (ADR 0051)",
-		"pending", len(ids), "approvals", strings.Join(ids, ","))
+	if len(ids) > 0 {
+		a.log.Warn("key-history anchoring: approval requests are anchored from now on; those pending now are anchored as stored, on trust (ADR 0051)",
+			"pending", len(ids), "approvals", strings.Join(ids, ","))
+	} else {
+		a.log.Info("key-history anchoring: approval requests are anchored from now on (ADR 0051)")
+	}
 	a.committed(ctx, evs)
 	return nil
 }

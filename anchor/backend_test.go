@@ -129,8 +129,8 @@ func TestBackendReferenceBound(t *testing.T) {
 		t.Fatal("the first start did not bind the references of the versions minted before")
 	}
 	stored, err := a.as.ListAnchorEvents(ctx)
-	if err != nil || len(stored) != 5 {
-		t.Fatalf("anchor_events after binding: %d rows (%v), want the 2 facts, 2 markers and the approvals marker", len(stored), err)
+	if err != nil || len(stored) != 6 {
+		t.Fatalf("anchor_events after binding: %d rows (%v), want the 2 facts, 2 markers, the approvals marker and the tokens marker", len(stored), err)
 	}
 
 	// Pointed elsewhere in the database: a restart does not bind it

@@ -204,6 +204,9 @@ const (
 	// MarkerApprovals: {}: approval requests are anchored from here on (ADR 0051).
 	MarkerApprovals       = "marker.approvals_anchored"
 	MarkerApprovalDecided = "marker.approval_decided" // {id}: the approval was decided (ADR 0051)
+	// MarkerTokens: {}: API tokens are anchored from here on (ADR 0053).
+	MarkerTokens       = "marker.tokens_anchored"
+	MarkerTokenRevoked = "marker.token_revoked" // {id}: the API token was revoked (ADR 0053)
 )
 
 // Fact kinds.
@@ -213,6 +216,7 @@ const (
 	FactAudit    = "audit"
 	FactBackend  = "version_backend"
 	FactApproval = "approval"
+	FactToken    = "api_token"
 )
 
 // versionFact is the signed form of a key version as stored: everything a
@@ -318,6 +322,46 @@ func (k *EventKey) ApprovalsMarker() (Event, error) {
 	return k.Sign(MarkerApprovals, "", struct {
 		Marker string `json:"marker"`
 	}{"approvals_anchored"})
+}
+
+// TokenFact signs an API token as stored (ADR 0053): its id, the
+// principal it belongs to (name), the SHA-256 of its secret (hex; the
+// secret itself is never stored), its scopes in stored order, and when it
+// was created and expires — not its revocation, which
+// TokenRevokedMarker records, nor its last use. A token row inserted or
+// edited in the database (a new hash, more scopes, another principal, a
+// later expiry) has no backed fact, and serve does not accept it.
+func (k *EventKey) TokenFact(t store.APIToken) (Event, error) {
+	scopes := t.Scopes
+	if scopes == nil {
+		scopes = []string{}
+	}
+	return k.Sign(FactToken, t.ID, struct {
+		Event     string   `json:"event"`
+		ID        string   `json:"id"`
+		Name      string   `json:"name"`
+		SHA256    string   `json:"sha256"`
+		Scopes    []string `json:"scopes"`
+		CreatedAt string   `json:"created_at"`
+		ExpiresAt string   `json:"expires_at,omitempty"`
+	}{"api_token", t.ID, t.Name, hex.EncodeToString(t.SHA256), scopes, store.FormatTime(t.CreatedAt), fmtp(t.ExpiresAt)})
+}
+
+// TokenRevokedMarker is the marker that API token id was revoked: a row
+// whose revocation was cleared in the database is not accepted again.
+func (k *EventKey) TokenRevokedMarker(id string) (Event, error) {
+	return k.Sign(MarkerTokenRevoked, id, struct {
+		Marker string `json:"marker"`
+		ID     string `json:"id"`
+	}{"token_revoked", id})
+}
+
+// TokensMarker is the marker that API tokens are anchored: from then on
+// serve accepts a token only with a backed TokenFact.
+func (k *EventKey) TokensMarker() (Event, error) {
+	return k.Sign(MarkerTokens, "", struct {
+		Marker string `json:"marker"`
+	}{"tokens_anchored"})
 }
 
 func fmtp(t *time.Time) string {

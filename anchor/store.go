@@ -89,6 +89,26 @@ type anchoredTx struct {
 	approvalsFiled   []string
 	approvalsChecked map[string]bool
 	approvalsDecided []string
+	// API tokens created (their facts are signed at finish) and revoked
+	// (their markers are written at finish); ADR 0053.
+	tokensCreated []string
+	tokensRevoked []string
+}
+
+func (t *anchoredTx) InsertToken(ctx context.Context, tk store.APIToken) error {
+	if err := t.Tx.InsertToken(ctx, tk); err != nil {
+		return err
+	}
+	t.tokensCreated = append(t.tokensCreated, tk.ID)
+	return nil
+}
+
+func (t *anchoredTx) RevokeToken(ctx context.Context, id string, at time.Time) error {
+	if err := t.Tx.RevokeToken(ctx, id, at); err != nil {
+		return err
+	}
+	t.tokensRevoked = append(t.tokensRevoked, id)
+	return nil
 }
 
 // anchorStore is the anchor_events this transaction sees, on its
@@ -693,6 +713,45 @@ func (t *anchoredTx) finish(ctx context.Context) error {
 	}
 	for _, id := range t.approvalsDecided {
 		m, err := t.a.key.ApprovalDecidedMarker(id)
+		if err != nil {
+			return err
+		}
+		evs = append(evs, m)
+	}
+	if len(t.tokensCreated) > 0 {
+		tokens, err := t.Tx.ListTokens(ctx) // as stored
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]store.APIToken, len(tokens))
+		for _, tk := range tokens {
+			byID[tk.ID] = tk
+		}
+		for _, id := range t.tokensCreated {
+			tk, ok := byID[id]
+			if !ok {
+				return fmt.Errorf("anchor: token %s: %w", id, store.ErrNotFound)
+			}
+			f, err := t.a.key.TokenFact(tk)
+			if err != nil {
+				return err
+			}
+			evs = append(evs, f)
+			// A token created here was never revoked: known absent
+			// without asking a log (its first check needs no look-up).
+			m, err := t.a.key.TokenRevokedMarker(id)
+			if err != nil {
+				return err
+			}
+			if tk.RevokedAt == nil {
+				t.absent = append(t.absent, m)
+			} else {
+				evs = append(evs, m)
+			}
+		}
+	}
+	for _, id := range t.tokensRevoked {
+		m, err := t.a.key.TokenRevokedMarker(id)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -92,15 +93,31 @@ func NewToken(name string, scopes []string, ttl time.Duration) (secret string, r
 	return secret, rec, nil
 }
 
+// TokenChecker vets the API tokens as stored before the Authenticator
+// accepts them (anchor.Anchor; ADR 0053): it returns the tokens of list it
+// backs and, by token id, why each other one is refused
+// (rotation.ErrHistoryNotBacked: altered or inserted in the database;
+// rotation.ErrHistoryUnconfirmed: it could not be checked now).
+type TokenChecker interface {
+	CheckTokens(ctx context.Context, list []store.APIToken) (backed []store.APIToken, refused map[string]error)
+}
+
 // Authenticator checks bearer tokens against an in-memory copy of the
 // token table (hashes only), refreshed from the store periodically so the
 // request path never queries the database.
 type Authenticator struct {
 	store   store.Store
 	log     *slog.Logger
+	checker TokenChecker
 	tokens  atomic.Pointer[map[[32]byte]store.APIToken]
 	touchMu sync.Mutex
 	touched map[string]time.Time
+	// refused: the tokens the checker refused at the last refresh, and
+	// why (logged when the reason changes); unconfirmed counts those it
+	// could not check.
+	refusedMu   sync.Mutex
+	refused     map[string]string
+	unconfirmed int
 }
 
 // NewAuthenticator returns an Authenticator; call Refresh before use. A nil
@@ -115,11 +132,22 @@ func NewAuthenticator(s store.Store, log *slog.Logger) *Authenticator {
 	return a
 }
 
-// Refresh reloads token hashes from the store.
+// SetTokenChecker makes every Refresh keep only the tokens c backs; call
+// it before the first Refresh.
+func (a *Authenticator) SetTokenChecker(c TokenChecker) { a.checker = c }
+
+// Refresh reloads token hashes from the store (through the TokenChecker,
+// when one is set). A token the checker refuses is not accepted until a
+// refresh finds it backed; each refusal is logged once per reason.
 func (a *Authenticator) Refresh(ctx context.Context) error {
 	list, err := a.store.ListTokens(ctx)
 	if err != nil {
 		return err
+	}
+	if a.checker != nil {
+		var refused map[string]error
+		list, refused = a.checker.CheckTokens(ctx, list)
+		a.noteRefused(refused)
 	}
 	m := make(map[[32]byte]store.APIToken, len(list))
 	for _, t := range list {
@@ -130,6 +158,43 @@ func (a *Authenticator) Refresh(ctx context.Context) error {
 	}
 	a.tokens.Store(&m)
 	return nil
+}
+
+// noteRefused logs each refusal whose reason is new, and keeps the count
+// of unconfirmed ones.
+func (a *Authenticator) noteRefused(refused map[string]error) {
+	a.refusedMu.Lock()
+	defer a.refusedMu.Unlock()
+	next := make(map[string]string, len(refused))
+	unconfirmed := 0
+	for id, err := range refused {
+		next[id] = err.Error()
+		unsure := errors.Is(err, rotation.ErrHistoryUnconfirmed)
+		if unsure {
+			unconfirmed++
+		}
+		switch {
+		case a.refused[id] == next[id]:
+		case unsure:
+			a.log.Warn("API token not accepted until a transparency log confirms it", "token_id", id, "err", err)
+		default:
+			a.log.Error("API token refused: as stored it is not what the transparency log backs", "token_id", id, "err", err)
+		}
+	}
+	for id := range a.refused {
+		if _, still := next[id]; !still {
+			a.log.Info("API token no longer refused", "token_id", id)
+		}
+	}
+	a.refused, a.unconfirmed = next, unconfirmed
+}
+
+// Unconfirmed returns how many tokens the last refresh left out because
+// the TokenChecker could not check them (no transparency log answered).
+func (a *Authenticator) Unconfirmed() int {
+	a.refusedMu.Lock()
+	defer a.refusedMu.Unlock()
+	return a.unconfirmed
 }
 
 // Usable returns how many tokens are neither revoked nor expired.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -150,10 +151,10 @@ func newAnchorCmd() *cobra.Command {
 	checkAnchor := &auditAnchorFlags{}
 	check := &cobra.Command{
 		Use:   "check --anchor-key-file FILE --tlog-url URL [--tlog-log-keys FILE [--scan]]",
-		Short: "Check key history (keys and versions) against the transparency log as a fresh replica would; exit 1 naming what the log does not back",
-		Long: `Check key history (keys and versions) against the transparency log as a
-fresh replica would (ADR 0016), and exit 1 listing every key and version
-the log does not back.
+		Short: "Check key history (keys, versions, API tokens) against the transparency log as a fresh replica would; exit 1 naming what the log does not back",
+		Long: `Check key history (keys, versions and API tokens) against the transparency
+log as a fresh replica would (ADR 0016, ADR 0053), and exit 1 listing
+every key, version and API token the log does not back.
 
 Each fact must be in anchor_events or the log; no marker of a later state
 (revoked, a next version, a next settings revision) may be in the log. By
@@ -198,6 +199,15 @@ the check, for the log does not back it (never logged, or dropped).`,
 			for _, r := range v.Versions {
 				reasons = append(reasons, r)
 			}
+			// API tokens (ADR 0053), as serve's token refresh checks them.
+			tokens, err := st.ListTokens(cmd.Context())
+			if err != nil {
+				return err
+			}
+			_, refused := a.CheckTokens(cmd.Context(), tokens)
+			for _, err := range refused {
+				reasons = append(reasons, err.Error())
+			}
 			sort.Strings(reasons)
 			for _, r := range reasons {
 				fmt.Fprintln(w, "NOT BACKED: "+r)
@@ -213,7 +223,7 @@ the check, for the log does not back it (never logged, or dropped).`,
 			for _, vs := range h.Versions {
 				n += len(vs)
 			}
-			fmt.Fprintf(w, "key history backed by the transparency log: %d keys, %d versions\n", len(h.Keys), n)
+			fmt.Fprintf(w, "key history backed by the transparency log: %d keys, %d versions, %d API tokens\n", len(h.Keys), n, len(tokens))
 			return nil
 		}),
 	}
@@ -514,7 +524,7 @@ func (f *cliAnchorFlags) register(cmd *cobra.Command, create bool) {
 	fl.StringVar(&f.logKeys, "tlog-log-keys", os.Getenv("KEYSVC_TLOG_LOG_KEYS"), "JWK Set file of the logs' keys: Signed Entry Promises must verify with one of them (env KEYSVC_TLOG_LOG_KEYS; default: each log's own jwks.json)")
 	fl.StringVar(&f.tokenFile, "tlog-token-file", os.Getenv("KEYSVC_TLOG_TOKEN_FILE"), "file of bearer tokens for logs that authenticate submitters, as serve's (env KEYSVC_TLOG_TOKEN_FILE)")
 	if create {
-		fl.BoolVar(&f.unanchored, "unanchored", false, "when key history is anchored: write the audit row without the event key (keysvc audit verify then counts it as not anchored)")
+		fl.BoolVar(&f.unanchored, "unanchored", false, "when key history is anchored but API tokens are not yet (serve of a release before ADR 0053): write the audit row without the event key (keysvc audit verify then counts it as not anchored); refused once tokens are anchored")
 	}
 }
 
@@ -538,6 +548,11 @@ func (f *cliAnchorFlags) wrap(ctx context.Context, st store.Store, create bool, 
 		}
 		if len(evs) == 0 {
 			return st, nil
+		}
+		if create && slices.ContainsFunc(evs, func(ev store.AnchorEvent) bool { return ev.Kind == anchor.MarkerTokens }) {
+			// A token is accepted only with its fact (ADR 0053): one
+			// written without the event key would never be usable.
+			return nil, errors.New("API tokens are anchored in a transparency log (ADR 0053): serve accepts a token only with its fact, signed with the event key; give --anchor-key-file and --tlog-url (or KEYSVC_ANCHOR_KEY_FILE and KEYSVC_TLOG_URL), the ones serve runs with")
 		}
 		if create && !f.unanchored {
 			return nil, errors.New("key history is anchored in a transparency log (ADR 0016): give --anchor-key-file and --tlog-url (or KEYSVC_ANCHOR_KEY_FILE and KEYSVC_TLOG_URL) so that this token's audit row is anchored too, or --unanchored to write it without (keysvc audit verify then counts the row as not anchored)")

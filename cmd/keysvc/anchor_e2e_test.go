@@ -699,9 +699,10 @@ func TestAnchorLogOutage(t *testing.T) {
 // TestAnchorOfflineTokens: on anchored key history, tokens create and
 // tokens revoke (which write key history directly, not through serve)
 // anchor their audit rows with --anchor-key-file, so audit verify finds
-// every row anchored; without the event key, create is refused unless
-// --unanchored and revoke goes on with a warning, and audit verify counts
-// exactly those rows as not anchored.
+// every row anchored; without the event key, create is refused (with
+// --unanchored too, once API tokens are anchored: ADR 0053) and revoke
+// goes on with a warning — serve then anchors that revocation on sight —
+// and audit verify counts exactly those rows as not anchored.
 func TestAnchorOfflineTokens(t *testing.T) {
 	logDir := t.TempDir()
 	logSrv := startTlogServer(t, logDir)
@@ -748,7 +749,7 @@ func TestAnchorOfflineTokens(t *testing.T) {
 	auditVerify(t, "audit chain anchored: 1 of 1 rows anchored in the transparency log\n")
 
 	_, errOut, code := runCLI(t, e.env, "tokens", "create", "--name", "node-1", "--scope", "sign:*", "--data-dir", e.dir)
-	if code == 0 || !strings.Contains(errOut, "key history is anchored in a transparency log (ADR 0016): give --anchor-key-file and --tlog-url") {
+	if code == 0 || !strings.Contains(errOut, "API tokens are anchored in a transparency log (ADR 0053): serve accepts a token only with its fact") {
 		t.Fatalf("tokens create without the event key: %d %s", code, errOut)
 	}
 	auditVerify(t, "1 of 1 rows anchored") // refused: nothing written
@@ -759,24 +760,33 @@ func TestAnchorOfflineTokens(t *testing.T) {
 	}
 	auditVerify(t, "audit chain anchored: 2 of 2 rows anchored in the transparency log\n")
 
-	if out, errOut, code = runCLI(t, e.env, "tokens", "create", "--name", "node-2", "--scope", "sign:*", "--data-dir", e.dir, "--unanchored"); code != 0 {
-		t.Fatalf("tokens create --unanchored: %d %s%s", code, out, errOut)
+	// Once API tokens are anchored (the first start did), a token written
+	// without the event key would never be accepted (ADR 0053):
+	// --unanchored is refused too.
+	_, errOut, code = runCLI(t, e.env, "tokens", "create", "--name", "node-2", "--scope", "sign:*", "--data-dir", e.dir, "--unanchored")
+	if code == 0 || !strings.Contains(errOut, "API tokens are anchored in a transparency log (ADR 0053)") {
+		t.Fatalf("tokens create --unanchored once tokens are anchored: %d %s", code, errOut)
 	}
-	auditVerify(t, "2 of 3 rows anchored in the transparency log (1 written without the event key")
+	auditVerify(t, "2 of 2 rows anchored") // refused: nothing written
+	if out, errOut, code = runCLI(t, e.env, append([]string{"tokens", "create", "--name", "node-2", "--scope", "sign:*"}, anchored...)...); code != 0 {
+		t.Fatalf("tokens create node-2: %d %s%s", code, out, errOut)
+	}
+	auditVerify(t, "audit chain anchored: 3 of 3 rows anchored in the transparency log\n")
 
 	ids := tokenIDs(t, e)
 	_, errOut, code = runCLI(t, e.env, "tokens", "revoke", ids["node-2"], "--data-dir", e.dir, "--reason", "gone")
 	if code != 0 || !strings.Contains(errOut, "keysvc: warning: key history is anchored in a transparency log, but no --anchor-key-file was given") {
 		t.Fatalf("tokens revoke without the event key: %d %s", code, errOut)
 	}
-	auditVerify(t, "2 of 4 rows anchored in the transparency log (2 written without the event key")
+	auditVerify(t, "3 of 4 rows anchored in the transparency log (1 written without the event key")
 	if _, errOut, code = runCLI(t, e.env, append([]string{"tokens", "revoke", ids["node-1"], "--reason", "rotated"}, anchored...)...); code != 0 {
 		t.Fatalf("tokens revoke with the event key: %d %s", code, errOut)
 	}
-	auditVerify(t, "3 of 5 rows anchored in the transparency log (2 written without the event key")
+	auditVerify(t, "4 of 5 rows anchored in the transparency log (1 written without the event key")
 	// The anchored rows are in the log itself, not only in anchor_events: a
 	// verifier without the database's events finds their markers.
 	inLog(evKey.AuditSeqMarker(5))
+	inLog(evKey.TokenRevokedMarker(ids["node-1"]))
 
 	// Another node's event key is refused: its facts would be rows that
 	// node's own audit trail lacks.
@@ -788,19 +798,54 @@ func TestAnchorOfflineTokens(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "key history was not anchored with the event key in "+otherKey) {
 		t.Fatalf("tokens create with another node's event key: %d %s", code, errOut)
 	}
-	auditVerify(t, "3 of 5 rows anchored")
+	auditVerify(t, "4 of 5 rows anchored")
 
 	// A log that does not take the row: committed, the operator warned, and
 	// a running replica submits it from anchor_events at its next check.
 	srv = startServer(t, e.env, "--data-dir", e.dir, "--kek-file", e.kek, "--tlog-url", logSrv.URL, "--anchor-key-file", keyFile, "--anchor-check-interval", "300ms")
 	waitReadyz(t, srv, true, "ready")
-	out, errOut, code = runCLI(t, e.env, "tokens", "create", "--name", "node-3", "--scope", "sign:*", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", "http://127.0.0.1:1")
+	out, errOut, code = runCLI(t, e.env, "tokens", "create", "--name", "node-3", "--scope", "admin:keys", "--data-dir", e.dir, "--anchor-key-file", keyFile, "--tlog-url", "http://127.0.0.1:1")
 	if code != 0 || !strings.HasPrefix(out, "ksv_") || !strings.Contains(errOut, "keysvc: warning: the change is committed and its audit row anchored in anchor_events, but not every transparency log took it yet") {
 		t.Fatalf("tokens create with the log unreachable: %d %s%s", code, out, errOut)
 	}
 	inLog(evKey.AuditSeqMarker(6))
+	// The token's fact is in anchor_events: serve accepts it, and records
+	// it for the log.
+	node3 := client.New(srv.URL, strings.TrimSpace(out))
+	waitFor(t, 10*time.Second, "node-3's token accepted", func() bool {
+		_, err := node3.ListKeys(context.Background())
+		return err == nil
+	})
+	if rec, err := tokenRecord(t, e, "node-3"); err != nil {
+		t.Fatal(err)
+	} else {
+		inLog(evKey.TokenFact(rec))
+	}
+	// The revocation made without the event key is anchored by serve on
+	// sight: clearing it in the database later is caught.
+	inLog(evKey.TokenRevokedMarker(ids["node-2"]))
 	srv.stop(t)
-	auditVerify(t, "4 of 6 rows anchored in the transparency log (2 written without the event key")
+	auditVerify(t, "5 of 6 rows anchored in the transparency log (1 written without the event key")
+}
+
+// tokenRecord reads the stored token named name.
+func tokenRecord(t *testing.T, e *lifecycleEnv, name string) (store.APIToken, error) {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Config{SQLitePath: filepath.Join(e.dir, "keysvc.db")})
+	if err != nil {
+		return store.APIToken{}, err
+	}
+	defer st.Close()
+	list, err := st.ListTokens(context.Background())
+	if err != nil {
+		return store.APIToken{}, err
+	}
+	for _, tk := range list {
+		if tk.Name == name {
+			return tk, nil
+		}
+	}
+	return store.APIToken{}, fmt.Errorf("no token named %s", name)
 }
 
 // tokenIDs maps token names to ids (keysvc tokens list).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keysvc/keysvc/anchor"
+	"github.com/keysvc/keysvc/api"
 	"github.com/keysvc/keysvc/client"
 	"github.com/keysvc/keysvc/store"
 	"github.com/keysvc/keysvc/tlogclient"
@@ -277,6 +279,66 @@ func TestAnchorChangesRefuseUnbackedRows(t *testing.T) {
 		var p map[string]any
 		if err := json.Unmarshal(k.Policy, &p); err != nil || p["two_person_rule"] != true {
 			t.Fatalf("policy after the replay: %s (%v), want the two-person rule on", k.Policy, err)
+		}
+	})
+
+	// API token rows were in no fact: a database writer could insert a
+	// token with any scopes in any officer's name, widen a token's
+	// scopes, or clear a revocation (ADR 0053).
+	t.Run("API tokens forged, widened or un-revoked", func(t *testing.T) {
+		unauthorized := func(t *testing.T, what, secret string) {
+			t.Helper()
+			// Longer than a few --reload-interval (300 ms) refreshes: a
+			// token let in even once would answer here.
+			time.Sleep(time.Second)
+			_, err := client.New(srv.URL, secret).ListKeys(ctx)
+			var ce *client.Error
+			if !errors.As(err, &ce) || ce.Status != 401 {
+				t.Fatalf("%s: %v, want 401", what, err)
+			}
+		}
+		works := func(t *testing.T, what, secret string) {
+			t.Helper()
+			waitFor(t, 10*time.Second, what, func() bool {
+				_, err := client.New(srv.URL, secret).ListKeys(ctx)
+				return err == nil
+			})
+		}
+		works(t, "bob's token, anchored on trust at the first start", bobToken)
+
+		const forged = "ksv_forgedforgedforgedforgedforgedforgedforge"
+		sum := api.TokenHash(forged)
+		now := time.Now().UTC()
+		db.exec(t, `INSERT INTO api_tokens (id, name, sha256, scopes, created_at) VALUES (?, ?, ?, ?, ?)`,
+			"f00dfeedf00d", "bob", sum[:], `["sign:*","admin:keys","admin:revoke","audit:read"]`, db.ts(&now))
+		unauthorized(t, "a token inserted in the database", forged)
+
+		db.exec(t, `UPDATE api_tokens SET scopes = '["admin:revoke","admin:keys","sign:*"]' WHERE name = 'bob' AND id <> 'f00dfeedf00d'`)
+		unauthorized(t, "bob's token with sign:* added in the database", bobToken)
+		db.exec(t, `UPDATE api_tokens SET scopes = '["admin:revoke","admin:keys"]' WHERE name = 'bob' AND id <> 'f00dfeedf00d'`)
+		works(t, "bob's token put back", bobToken)
+
+		bobSum := api.TokenHash(bobToken)
+		bobID := hex.EncodeToString(bobSum[:6]) // api.NewToken
+		if _, errOut, code := runCLI(t, e.env, "tokens", "revoke", bobID, "--data-dir", e.dir, "--reason", "left",
+			"--anchor-key-file", keyFile, "--tlog-url", logSrv.URL); code != 0 {
+			t.Fatalf("tokens revoke bob: %d %s", code, errOut)
+		}
+		unauthorized(t, "bob's revoked token", bobToken)
+		db.exec(t, `UPDATE api_tokens SET revoked_at = NULL WHERE id = ?`, bobID)
+		unauthorized(t, "bob's token, its revocation cleared in the database", bobToken)
+		db.exec(t, `DELETE FROM anchor_events WHERE kind = ?`, anchor.MarkerTokenRevoked)
+		unauthorized(t, "bob's token, its revocation cleared and its marker deleted from anchor_events", bobToken)
+		m, err := evKey.TokenRevokedMarker(bobID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, "the revocation marker of bob's token in the log", func() bool {
+			code, _ := proofFor(logSrv.URL, tlogclient.FormatHash(m.Hash))
+			return code == 200
+		})
+		if _, err := c.ListKeys(ctx); err != nil {
+			t.Fatalf("control: the officer's own token: %v", err)
 		}
 	})
 

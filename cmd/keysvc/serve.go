@@ -390,6 +390,9 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 		return fmt.Errorf("loading key history: %w", err)
 	}
 	auth := api.NewAuthenticator(st, log)
+	if anc != nil {
+		auth.SetTokenChecker(anc) // ADR 0053
+	}
 	var devToken string
 	if o.dev {
 		if devToken, err = ensureDevToken(ctx, st, filepath.Join(o.store.dataDir, devTokenFile)); err != nil {
@@ -399,7 +402,9 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	if err := auth.Refresh(ctx); err != nil {
 		return err
 	}
-	if auth.Usable(time.Now()) == 0 {
+	if auth.Usable(time.Now()) == 0 && auth.Unconfirmed() > 0 {
+		log.Warn("no API token is accepted until a transparency log confirms the tokens stored (ADR 0053); serving, and checking again every --reload-interval", "unconfirmed", auth.Unconfirmed())
+	} else if auth.Usable(time.Now()) == 0 {
 		return errors.New("no usable API token: create one with `keysvc tokens create --name NAME --scope sign:* --scope admin:keys`, or run with --dev on a development machine")
 	}
 	if o.dev && len(mgr.Keyring().Keys) == 0 {
