@@ -168,9 +168,12 @@ func (a *Authenticator) noteRefused(refused map[string]error) {
 	next := make(map[string]string, len(refused))
 	unconfirmed := 0
 	for id, err := range refused {
+		// An unconfirmed token is logged once until it is confirmed or
+		// refused, whatever each failed look-up said.
 		next[id] = err.Error()
 		unsure := errors.Is(err, rotation.ErrHistoryUnconfirmed)
 		if unsure {
+			next[id] = "unconfirmed"
 			unconfirmed++
 		}
 		switch {
