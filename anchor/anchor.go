@@ -422,6 +422,33 @@ func (a *Anchor) markersPresent(ctx context.Context, evs []Event, cachedOK bool)
 	return out, g.Wait()
 }
 
+// markersPresentEach is markerPresent (cachedOK) for many markers, at
+// most 16 look-ups in flight, each with its own answer: one that fails
+// does not stop the others.
+func (a *Anchor) markersPresentEach(ctx context.Context, evs []Event) ([]bool, []error) {
+	out, errs := make([]bool, len(evs)), make([]error, len(evs))
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i, ev := range evs {
+		g.Go(func() error {
+			out[i], errs[i] = a.markerPresent(ctx, ev, true)
+			return nil
+		})
+	}
+	_ = g.Wait() // every func returns nil
+	return out, errs
+}
+
+// forgetAbsent stops probing markers cached as absent whose answer no
+// longer matters (the revocation of an expired token).
+func (a *Anchor) forgetAbsent(evs ...Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ev := range evs {
+		delete(a.absent, ev.Hash)
+	}
+}
+
 // noteAbsent records markers known absent without asking a log (a kid
 // minted in a committed change has no later states); Refresh probes them
 // again like any marker cached as absent.
@@ -710,6 +737,8 @@ func (a *Anchor) Run(ctx context.Context, every time.Duration) {
 				a.mu.Lock()
 				a.bindPending = false
 				a.mu.Unlock()
+			} else if !errors.Is(err, ErrLogUnreachable) {
+				a.log.Warn("anchor: binding backend references and anchoring approvals and API tokens failed; retrying at the next check", "err", err)
 			}
 		} else if unbound {
 			if err := a.bindBackends(ctx); err != nil {
@@ -1007,6 +1036,14 @@ func (a *Anchor) resubmitStored(ctx context.Context) {
 			stored = append(stored, ev)
 		}
 	}
+	// Owed from memory until a log proves them (ADR 0052): the process
+	// that stored them (a tokens or awskms command) may have exited
+	// before a log took them, and their rows can be deleted.
+	evs := make([]Event, len(stored))
+	for i, s := range stored {
+		evs[i] = Event{Kind: s.Kind, Subject: s.Subject, JWS: s.JWS, Hash: s.Hash}
+	}
+	a.owe(evs)
 	if err := a.submitStored(ctx, stored, true); err != nil {
 		a.log.Warn("anchor: submitting stored key-history events failed; retrying at the next check", "err", err)
 	}

@@ -86,13 +86,17 @@ func (a *Anchor) anchorTokens(ctx context.Context) error {
 //     a log answers).
 //
 // Revoked and expired tokens are returned as they are (the Authenticator
-// refuses them anyway) and need no look-up; a revocation with no marker
-// yet (tokens revoke without the event key) is anchored here. Before
-// tokens are anchored (the TokensMarker not backed yet) every token is
-// returned as stored. Facts are looked up in memory, then in
-// anchor_events (one query), then in the logs; revocation markers in
-// memory, anchor_events, then the logs (cached while absent, as reloads
-// cache version markers; Run probes them again).
+// refuses them anyway) and need no look-up in the logs. The revocation of
+// a real token (its fact in anchor_events) with no marker yet — tokens
+// revoke without the event key — is anchored here (anchorRevocations).
+// Before tokens are anchored (the TokensMarker not backed yet) every
+// token is returned as stored. Facts are looked up in memory, then in
+// anchor_events (one query for all), then in the logs; revocation markers
+// likewise, the logs' answers cached while absent as reloads cache
+// version markers (Run probes them again), at most 16 look-ups in flight.
+// A revocation marker first found in anchor_events is owed to the logs
+// from memory until one proves it (ADR 0052): the process that wrote it
+// (a tokens revoke command) may have exited before a log took it.
 func (a *Anchor) CheckTokens(ctx context.Context, list []store.APIToken) ([]store.APIToken, map[string]error) {
 	refused := map[string]error{}
 	anchored, err := a.tokensAnchored(ctx, a.as)
@@ -106,93 +110,117 @@ func (a *Anchor) CheckTokens(ctx context.Context, list []store.APIToken) ([]stor
 		return list, refused
 	}
 	now := a.now()
-	var live []store.APIToken
-	var facts, markers []Event
-	var revoked []Event // revocations to look for in anchor_events
+	// live: tokens that would be accepted as stored, with their facts
+	// and revocation markers; gone: revoked ones, with theirs.
+	type checked struct {
+		tk     store.APIToken
+		fact   Event
+		marker Event
+	}
+	var live, gone []checked
+	var expired []Event
 	for _, tk := range list {
-		if tk.RevokedAt != nil {
-			m, err := a.key.TokenRevokedMarker(tk.ID)
-			if err != nil {
-				refused[tk.ID] = err
-				continue
-			}
-			revoked = append(revoked, m)
-			continue
+		c := checked{tk: tk}
+		if c.fact, err = a.key.TokenFact(tk); err == nil {
+			c.marker, err = a.key.TokenRevokedMarker(tk.ID)
 		}
-		if tk.ExpiresAt != nil && !now.Before(*tk.ExpiresAt) {
-			continue
-		}
-		f, err := a.key.TokenFact(tk)
-		if err == nil {
-			var m Event
-			if m, err = a.key.TokenRevokedMarker(tk.ID); err == nil {
-				live, facts, markers = append(live, tk), append(facts, f), append(markers, m)
-			}
-		}
-		if err != nil {
+		switch {
+		case err != nil:
 			refused[tk.ID] = err
+		case tk.RevokedAt != nil:
+			gone = append(gone, c)
+		case tk.ExpiresAt != nil && !now.Before(*tk.ExpiresAt):
+			expired = append(expired, c.marker)
+		default:
+			live = append(live, c)
 		}
 	}
+	// An expired token is never accepted again: its marker is not probed
+	// any more.
+	a.forgetAbsent(expired...)
+
 	// One anchor_events query for every hash not known here yet.
 	var hashes [][32]byte
-	for _, evs := range [][]Event{facts, markers, revoked} {
-		for _, ev := range evs {
-			if !a.isKnown(ev.Hash) {
-				hashes = append(hashes, ev.Hash)
+	for _, cs := range [][]checked{live, gone} {
+		for _, c := range cs {
+			for _, ev := range []Event{c.fact, c.marker} {
+				if !a.isKnown(ev.Hash) {
+					hashes = append(hashes, ev.Hash)
+				}
 			}
 		}
 	}
 	inStore := map[[32]byte]store.AnchorEvent{}
 	if len(hashes) > 0 {
 		if inStore, err = a.as.AnchorEventsByHash(ctx, hashes); err != nil {
-			for _, tk := range live {
-				refused[tk.ID] = fmt.Errorf("%w: reading anchor_events: %w", rotation.ErrHistoryUnconfirmed, err)
+			for _, c := range live {
+				refused[c.tk.ID] = fmt.Errorf("%w: reading anchor_events: %w", rotation.ErrHistoryUnconfirmed, err)
 			}
 			return tokensNotRefused(list, refused), refused
 		}
 	}
-	isStored := func(ev Event) bool {
-		s, ok := inStore[ev.Hash]
-		if ok && s.JWS == ev.JWS {
-			a.learn(ev)
+	// backed: known here, or stored (then learned; a marker also owed).
+	backed := func(ev Event) bool {
+		if a.isKnown(ev.Hash) {
 			return true
 		}
-		return a.isKnown(ev.Hash)
+		if s, ok := inStore[ev.Hash]; ok && s.JWS == ev.JWS {
+			a.learn(ev)
+			if ev.Kind == MarkerTokenRevoked {
+				a.owe([]Event{ev})
+			}
+			return true
+		}
+		return false
 	}
 	var unanchored []Event
-	for _, m := range revoked {
-		if !isStored(m) {
-			unanchored = append(unanchored, m)
+	for _, c := range gone {
+		if !backed(c.marker) && backed(c.fact) && len(unanchored) < revocationsPerCheck {
+			unanchored = append(unanchored, c.marker)
 		}
 	}
 	a.anchorRevocations(ctx, unanchored)
-	for i, tk := range live {
-		f, m := facts[i], markers[i]
-		if !isStored(f) {
-			ok, err := a.logHas(ctx, f)
+
+	var probe []Event // revocation markers to look up in the logs
+	var probed []checked
+	for _, c := range live {
+		if !backed(c.fact) {
+			ok, err := a.logHas(ctx, c.fact)
 			switch {
 			case err != nil:
-				refused[tk.ID] = fmt.Errorf("%w: API token %s as stored: %w", rotation.ErrHistoryUnconfirmed, tk.ID, err)
+				refused[c.tk.ID] = fmt.Errorf("%w: API token %s as stored: %w", rotation.ErrHistoryUnconfirmed, c.tk.ID, err)
 				continue
 			case !ok:
-				refused[tk.ID] = fmt.Errorf("anchor: API token %s (%s) as stored is not backed by the transparency log (inserted, or its hash, principal, scopes or expiry altered in the database): %w", tk.ID, tk.Name, rotation.ErrHistoryNotBacked)
+				refused[c.tk.ID] = fmt.Errorf("anchor: API token %s (%s) as stored is not backed by the transparency log (inserted, or its hash, principal, scopes or expiry altered in the database): %w", c.tk.ID, c.tk.Name, rotation.ErrHistoryNotBacked)
 				continue
 			}
-			a.learn(f)
+			a.learn(c.fact)
 		}
-		present := isStored(m)
-		if !present {
-			var err error
-			if present, err = a.markerPresent(ctx, m, true); err != nil {
-				refused[tk.ID] = fmt.Errorf("%w: whether API token %s was revoked: %w", rotation.ErrHistoryUnconfirmed, tk.ID, err)
-				continue
-			}
+		if backed(c.marker) {
+			refused[c.tk.ID] = revokedInLog(c.tk)
+			continue
 		}
-		if present {
-			refused[tk.ID] = fmt.Errorf("anchor: API token %s (%s) is revoked in the transparency log, key history says it is not (its revocation cleared in the database): %w", tk.ID, tk.Name, rotation.ErrHistoryNotBacked)
+		probe, probed = append(probe, c.marker), append(probed, c)
+	}
+	present, perr := a.markersPresentEach(ctx, probe)
+	for i, c := range probed {
+		switch {
+		case perr[i] != nil:
+			refused[c.tk.ID] = fmt.Errorf("%w: whether API token %s was revoked: %w", rotation.ErrHistoryUnconfirmed, c.tk.ID, perr[i])
+		case present[i]:
+			refused[c.tk.ID] = revokedInLog(c.tk)
 		}
 	}
 	return tokensNotRefused(list, refused), refused
+}
+
+// revocationsPerCheck bounds how many revocations one CheckTokens
+// anchors (anchorRevocations); the rest wait for the next refresh.
+const revocationsPerCheck = 64
+
+// revokedInLog is why a token whose row says not revoked is refused.
+func revokedInLog(tk store.APIToken) error {
+	return fmt.Errorf("anchor: API token %s (%s) is revoked in the transparency log, key history says it is not (its revocation cleared in the database): %w", tk.ID, tk.Name, rotation.ErrHistoryNotBacked)
 }
 
 // tokensNotRefused is list without the tokens refused names.
@@ -206,11 +234,12 @@ func tokensNotRefused(list []store.APIToken, refused map[string]error) []store.A
 	return out
 }
 
-// anchorRevocations anchors the revocation markers of tokens revoked with
-// none (tokens revoke run without the event key, or by an older
-// release): taking access away is safe to anchor on sight, and a marker
-// keeps the revocation from being cleared in the database. Failures are
-// logged; the next check tries again.
+// anchorRevocations anchors the revocation markers of real tokens (their
+// facts backed) revoked with none — tokens revoke run without the event
+// key, or by an older release — so that the revocation cannot be cleared
+// in the database later. Taking access away is safe to anchor on sight;
+// a row the anchor never saw as a token (no backed fact) gets nothing
+// signed. Failures are logged; the next check tries again.
 func (a *Anchor) anchorRevocations(ctx context.Context, markers []Event) {
 	if a.rec == nil || len(markers) == 0 {
 		return
@@ -222,10 +251,6 @@ func (a *Anchor) anchorRevocations(ctx context.Context, markers []Event) {
 		a.log.Warn("anchor: anchoring the revocation of API tokens revoked without the event key failed; retrying at the next check", "tokens", len(markers), "err", err)
 		return
 	}
-	ids := make([]string, len(markers))
-	for i, m := range markers {
-		ids[i] = m.Subject
-	}
-	a.log.Info("key-history anchoring: anchored the revocation of API tokens revoked without the event key", "ids", strings.Join(ids, ","))
+	a.log.Info("key-history anchoring: anchored the revocation of API tokens revoked without the event key", "tokens", len(markers))
 	a.committed(ctx, markers)
 }

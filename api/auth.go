@@ -186,7 +186,7 @@ func (a *Authenticator) noteRefused(refused map[string]error) {
 	}
 	for id := range a.refused {
 		if _, still := next[id]; !still {
-			a.log.Info("API token no longer refused", "token_id", id)
+			a.log.Info("API token no longer refused (backed now, or no longer stored as usable)", "token_id", id)
 		}
 	}
 	a.refused, a.unconfirmed = next, unconfirmed

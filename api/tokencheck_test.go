@@ -78,7 +78,7 @@ func TestAuthenticatorTokenChecker(t *testing.T) {
 	if p, _ := a.Authenticate("Bearer "+unsure, now); p.Name != "unsure" {
 		t.Fatal("a token confirmed at a later refresh is not accepted")
 	}
-	if a.Unconfirmed() != 0 || !strings.Contains(logs.String(), "level=INFO msg=\"API token no longer refused\"") {
+	if a.Unconfirmed() != 0 || !strings.Contains(logs.String(), "level=INFO msg=\"API token no longer refused (backed now, or no longer stored as usable)\"") {
 		t.Fatalf("after confirmation: Unconfirmed %d, logs:\n%s", a.Unconfirmed(), logs.String())
 	}
 }

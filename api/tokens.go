@@ -51,18 +51,6 @@ func CreateToken(ctx context.Context, st store.Store, name string, scopes []stri
 	return secret, rec, nil
 }
 
-// RegisterToken stores rec (a token whose secret the caller already holds,
-// such as the --dev token after a database reset) with a "token.create"
-// audit row, in one transaction.
-func RegisterToken(ctx context.Context, st store.Store, rec store.APIToken, who TokenAudit) error {
-	return st.InTx(ctx, func(tx store.Tx) error {
-		if err := tx.InsertToken(ctx, rec); err != nil {
-			return err
-		}
-		return appendTokenAudit(ctx, tx, who, "token.create", rec)
-	})
-}
-
 // RevokeToken revokes the token with id (idempotent: a revoked token keeps
 // its first revocation instant) and appends a "token.revoke" audit row
 // naming who did it, in one transaction. Errors: ErrTokenNotFound, store

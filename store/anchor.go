@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -56,12 +57,19 @@ func scanAnchor(scan func(...any) error) (AnchorEvent, error) {
 	return ev, nil
 }
 
-// AnchorEventsByHash implements AnchorStore.
+// AnchorEventsByHash implements AnchorStore: one query per
+// anchorLookupChunk hashes.
 func (o ops) AnchorEventsByHash(ctx context.Context, hashes [][32]byte) (map[[32]byte]AnchorEvent, error) {
 	out := make(map[[32]byte]AnchorEvent, len(hashes))
-	for _, h := range hashes {
-		err := o.query(ctx, "get anchor event", `SELECT `+anchorCols+` FROM anchor_events WHERE artifact_hash = ?`,
-			[]any{h[:]}, func(scan func(...any) error) error {
+	for len(hashes) > 0 {
+		n := min(len(hashes), anchorLookupChunk)
+		args := make([]any, n)
+		for i, h := range hashes[:n] {
+			args[i] = h[:]
+		}
+		in := strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+		err := o.query(ctx, "get anchor events", `SELECT `+anchorCols+` FROM anchor_events WHERE artifact_hash IN (`+in+`)`,
+			args, func(scan func(...any) error) error {
 				ev, err := scanAnchor(scan)
 				if err == nil {
 					out[ev.Hash] = ev
@@ -71,9 +79,14 @@ func (o ops) AnchorEventsByHash(ctx context.Context, hashes [][32]byte) (map[[32
 		if err != nil {
 			return nil, err
 		}
+		hashes = hashes[n:]
 	}
 	return out, nil
 }
+
+// anchorLookupChunk is how many hashes one AnchorEventsByHash query asks
+// for (well under SQLite's 32,766 and PostgreSQL's 65,535 parameters).
+const anchorLookupChunk = 500
 
 // anchorOrder is the order of ListAnchorEvents and AnchorEventHashes.
 const anchorOrder = ` ORDER BY created_at, kind, subject`

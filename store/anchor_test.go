@@ -43,6 +43,16 @@ func testAnchorEvents(t *testing.T, s Store) {
 	if len(got) != 1 || got[a.Hash] != a {
 		t.Fatalf("by hash: %+v, want only %+v", got, a)
 	}
+	// More hashes than one query asks for (anchorLookupChunk), the two
+	// stored ones in different chunks, one of them twice.
+	many := make([][32]byte, 0, 2*anchorLookupChunk+3)
+	for i := range 2*anchorLookupChunk + 1 {
+		many = append(many, sha256.Sum256([]byte{byte(i), byte(i >> 8), 'x'}))
+	}
+	many = append([][32]byte{a.Hash}, append(many, b.Hash, a.Hash)...)
+	if got, err = as.AnchorEventsByHash(ctx, many); err != nil || len(got) != 2 || got[a.Hash] != a || got[b.Hash] != b {
+		t.Fatalf("by %d hashes: %d found (%v), want a and b", len(many), len(got), err)
+	}
 	all, err := as.ListAnchorEvents(ctx)
 	if err != nil {
 		t.Fatal(err)

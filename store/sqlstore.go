@@ -627,7 +627,12 @@ func (t *sqlTx) AppendAudit(ctx context.Context, ev AuditEvent) (AuditEvent, err
 
 const tokenCols = `id, name, sha256, scopes, created_at, expires_at, revoked_at, last_used_at`
 
-// ListTokens returns every token ordered by CreatedAt, then ID.
+// ListTokens returns every token ordered by CreatedAt, then ID. A row
+// whose scopes column is not a JSON array of strings reads with nil
+// Scopes (it grants no scope) instead of failing the whole list: one
+// malformed row must not stop every token refresh, and so every
+// revocation, nor the revocation command itself (an attack review,
+// session 48).
 func (o ops) ListTokens(ctx context.Context) ([]APIToken, error) {
 	var out []APIToken
 	err := o.query(ctx, "list tokens", `SELECT `+tokenCols+` FROM api_tokens ORDER BY created_at, id`, nil,
@@ -639,8 +644,8 @@ func (o ops) ListTokens(ctx context.Context) ([]APIToken, error) {
 			if err != nil {
 				return err
 			}
-			if err := json.Unmarshal([]byte(scopes), &tk.Scopes); err != nil {
-				return fmt.Errorf("token %q: scopes: %w", tk.ID, err)
+			if json.Unmarshal([]byte(scopes), &tk.Scopes) != nil {
+				tk.Scopes = nil
 			}
 			out = append(out, tk)
 			return nil

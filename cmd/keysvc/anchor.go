@@ -658,7 +658,7 @@ func (f *cliAnchorFlags) warnUnrecorded(stderr io.Writer) {
 		return
 	}
 	if err := f.rec.failed(); err != nil {
-		fmt.Fprintf(stderr, "keysvc: warning: the change is committed and its audit row anchored in anchor_events, but not every transparency log took it yet (%v); a running serve submits it again within --anchor-check-interval (it is kept; nothing to redo)\n", err)
+		fmt.Fprintf(stderr, "keysvc: warning: the change is committed and its audit row anchored in anchor_events, but not every transparency log took it yet (%v); a running serve records it from anchor_events within --anchor-check-interval and owes it from memory until a log has it (nothing to redo; until a serve has seen it, it rests on its anchor_events row alone: keep a serve running)\n", err)
 	}
 }
 

@@ -395,7 +395,7 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	}
 	var devToken string
 	if o.dev {
-		if devToken, err = ensureDevToken(ctx, st, filepath.Join(o.store.dataDir, devTokenFile)); err != nil {
+		if devToken, err = ensureDevToken(ctx, st, filepath.Join(o.store.dataDir, devTokenFile), log); err != nil {
 			return err
 		}
 	}
@@ -685,21 +685,23 @@ func tlsConfig(name, certFile, keyFile, caFile string) (*tls.Config, error) {
 }
 
 // ensureDevToken returns the dev token stored in path (mode 0600), creating
-// it and its hash in key history when missing.
-func ensureDevToken(ctx context.Context, st store.Store, path string) (string, error) {
+// a new one — in key history and in path — when the file is missing or
+// its token is not a usable row of key history (the database was reset,
+// or the token revoked). A token id is never registered twice: a
+// revoked token's id may have its revocation anchored (ADR 0053).
+func ensureDevToken(ctx context.Context, st store.Store, path string, log *slog.Logger) (string, error) {
 	if b, err := os.ReadFile(path); err == nil {
 		tok := strings.TrimSpace(string(b))
 		if known, err := tokenKnown(ctx, st, tok); err != nil || known {
 			return tok, err
 		}
-		// The database was reset: register the same token again.
-		return tok, insertToken(ctx, st, tok)
+		log.Warn("dev mode: the dev token in the data directory is not a usable token of this key history (database reset, or token revoked); creating a new one", "file", path)
 	}
 	tok, _, err := api.CreateToken(ctx, st, "dev", devScopes, 0, devTokenAudit)
 	if err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+	if err := writeFileAtomic(path, []byte(tok+"\n")); err != nil { // mode 0600
 		return "", err
 	}
 	return tok, nil
@@ -722,12 +724,6 @@ func tokenKnown(ctx context.Context, st store.Store, tok string) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-func insertToken(ctx context.Context, st store.Store, tok string) error {
-	h := api.TokenHash(tok)
-	rec := store.APIToken{ID: fmt.Sprintf("%x", h[:6]), Name: "dev", SHA256: h[:], Scopes: devScopes, CreatedAt: store.Now()}
-	return api.RegisterToken(ctx, st, rec, devTokenAudit)
 }
 
 // devDemo signs a sample transport assertion through the service's own
