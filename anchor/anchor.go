@@ -102,6 +102,8 @@ type Anchor struct {
 	now  func() time.Time
 	// bindPending: Start could not bind (no log answered); Run retries.
 	bindPending bool
+	// tokenIDs: API tokens whose fact was backed here (ADR 0053).
+	tokenIDs map[string]bool
 }
 
 // owedEvent is an event made here and not yet found in a log.
@@ -222,7 +224,7 @@ func New(cfg Config) (*Anchor, error) {
 	a := &Anchor{key: cfg.Key, logs: cfg.Logs, rec: cfg.Recorder, st: cfg.Store, as: as, log: cfg.Logger, probe: cfg.ProbeTimeout,
 		known: map[[32]byte]bool{}, absent: map[[32]byte]absentMarker{}, downUntil: map[string]time.Time{},
 		pinned: cfg.LogKeys, fetched: map[string]*verifier.JWKS{}, submitted: map[[32]byte]bool{}, scanned: cfg.Scanned,
-		unbound: map[string]bool{}, owed: map[[32]byte]*owedEvent{}, now: time.Now}
+		unbound: map[string]bool{}, owed: map[[32]byte]*owedEvent{}, now: time.Now, tokenIDs: map[string]bool{}}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -857,16 +859,20 @@ func (a *Anchor) Start(ctx context.Context) error {
 // (ADR 0050) and starts anchoring approvals (ADR 0051) and API tokens
 // (ADR 0053).
 func (a *Anchor) startBindings(ctx context.Context) error {
-	if err := a.bindBackends(ctx); err != nil {
-		return fmt.Errorf("anchor: binding backend references: %w", err)
+	// Each on its own: one that fails (a version whose look-ups time out)
+	// must not keep the others, API tokens above all, unanchored (a
+	// review, session 48).
+	var errs []error
+	if err := a.anchorTokens(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("anchor: anchoring API tokens: %w", err))
 	}
 	if err := a.anchorApprovals(ctx); err != nil {
-		return fmt.Errorf("anchor: anchoring approval requests: %w", err)
+		errs = append(errs, fmt.Errorf("anchor: anchoring approval requests: %w", err))
 	}
-	if err := a.anchorTokens(ctx); err != nil {
-		return fmt.Errorf("anchor: anchoring API tokens: %w", err)
+	if err := a.bindBackends(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("anchor: binding backend references: %w", err))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // LogsHoldHistory returns nil when a configured log proves it holds this
@@ -1036,14 +1042,21 @@ func (a *Anchor) resubmitStored(ctx context.Context) {
 			stored = append(stored, ev)
 		}
 	}
-	// Owed from memory until a log proves them (ADR 0052): the process
-	// that stored them (a tokens or awskms command) may have exited
-	// before a log took them, and their rows can be deleted.
-	evs := make([]Event, len(stored))
-	for i, s := range stored {
-		evs[i] = Event{Kind: s.Kind, Subject: s.Subject, JWS: s.JWS, Hash: s.Hash}
+	// A revocation's markers are owed from memory until a log proves
+	// them (ADR 0052, ADR 0053): the process that stored them (tokens
+	// revoke, an awskms command) may have exited before a log took them,
+	// and their rows can be deleted. Only markers the event key signed,
+	// under their own hash, and only these kinds: a database writer must
+	// not fill this process's memory, nor make it unready, with rows of
+	// its own or a peer's burst of ordinary events (a review, session 48).
+	var adopt []Event
+	for _, s := range stored {
+		ev := Event{Kind: s.Kind, Subject: s.Subject, JWS: s.JWS, Hash: s.Hash}
+		if (ev.Kind == MarkerTokenRevoked || ev.Kind == MarkerState) && a.key.signed(ev) {
+			adopt = append(adopt, ev)
+		}
 	}
-	a.owe(evs)
+	a.owe(adopt)
 	if err := a.submitStored(ctx, stored, true); err != nil {
 		a.log.Warn("anchor: submitting stored key-history events failed; retrying at the next check", "err", err)
 	}

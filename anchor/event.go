@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,6 +145,24 @@ func (k *EventKey) KID() string { return k.kid }
 // PublicJWK returns the public JWK (JSON) of the event key.
 func (k *EventKey) PublicJWK() ([]byte, error) {
 	return jose.JSONWebKey{Key: k.priv.Public(), KeyID: k.kid, Algorithm: string(jose.EdDSA)}.MarshalJSON()
+}
+
+// signed reports whether ev is an event of this key: its Hash is the
+// SHA-256 of its JWS, a compact JWS whose signature verifies with the
+// event key (RFC 8037 §3.1, Ed25519 over "header.payload").
+func (k *EventKey) signed(ev Event) bool {
+	if sha256.Sum256([]byte(ev.JWS)) != ev.Hash {
+		return false
+	}
+	dot := strings.LastIndexByte(ev.JWS, '.')
+	if dot < 0 || strings.Count(ev.JWS, ".") != 2 {
+		return false
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(ev.JWS[dot+1:])
+	if err != nil {
+		return false
+	}
+	return ed25519.Verify(k.priv.Public().(ed25519.PublicKey), []byte(ev.JWS[:dot]), sig)
 }
 
 // Event is one signed fact or marker.

@@ -63,6 +63,9 @@ func (a *Anchor) anchorTokens(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	for _, id := range ids {
+		a.noteTokenBacked(id)
+	}
 	if len(ids) > 0 {
 		a.log.Warn("key-history anchoring: API tokens are anchored from now on; the tokens stored now are anchored as stored, on trust (ADR 0053)",
 			"tokens", len(ids), "ids", strings.Join(ids, ","))
@@ -85,10 +88,10 @@ func (a *Anchor) anchorTokens(ctx context.Context) error {
 //     (a process started during a log outage: it accepts the token once
 //     a log answers).
 //
-// Revoked and expired tokens are returned as they are (the Authenticator
-// refuses them anyway) and need no look-up in the logs. The revocation of
-// a real token (its fact in anchor_events) with no marker yet — tokens
-// revoke without the event key — is anchored here (anchorRevocations).
+// Revoked and expired tokens are never returned, and need no look-up in
+// the logs. The revocation of a real token (its fact backed here before,
+// or backed now) with no marker yet — tokens revoke without the event key
+// — is anchored here (anchorRevocations).
 // Before tokens are anchored (the TokensMarker not backed yet) every
 // token is returned as stored. Facts are looked up in memory, then in
 // anchor_events (one query for all), then in the logs; revocation markers
@@ -156,7 +159,7 @@ func (a *Anchor) CheckTokens(ctx context.Context, list []store.APIToken) ([]stor
 			for _, c := range live {
 				refused[c.tk.ID] = fmt.Errorf("%w: reading anchor_events: %w", rotation.ErrHistoryUnconfirmed, err)
 			}
-			return tokensNotRefused(list, refused), refused
+			return nil, refused
 		}
 	}
 	// backed: known here, or stored (then learned; a marker also owed).
@@ -173,9 +176,26 @@ func (a *Anchor) CheckTokens(ctx context.Context, list []store.APIToken) ([]stor
 		}
 		return false
 	}
+	// A revocation with no marker is anchored for a real token only: one
+	// whose fact this process backed before (as it stood then: the row
+	// may have been edited since), or whose fact as stored is backed now
+	// (in anchor_events, or — at most revocationsPerCheck look-ups — a
+	// log).
 	var unanchored []Event
+	lookups := 0
 	for _, c := range gone {
-		if !backed(c.marker) && backed(c.fact) && len(unanchored) < revocationsPerCheck {
+		if len(unanchored) == revocationsPerCheck || backed(c.marker) {
+			continue
+		}
+		real := a.tokenBacked(c.tk.ID) || backed(c.fact)
+		if !real && lookups < revocationsPerCheck {
+			lookups++
+			if ok, err := a.logHas(ctx, c.fact); err == nil && ok {
+				a.learn(c.fact)
+				real = true
+			}
+		}
+		if real {
 			unanchored = append(unanchored, c.marker)
 		}
 	}
@@ -196,6 +216,7 @@ func (a *Anchor) CheckTokens(ctx context.Context, list []store.APIToken) ([]stor
 			}
 			a.learn(c.fact)
 		}
+		a.noteTokenBacked(c.tk.ID)
 		if backed(c.marker) {
 			refused[c.tk.ID] = revokedInLog(c.tk)
 			continue
@@ -211,7 +232,30 @@ func (a *Anchor) CheckTokens(ctx context.Context, list []store.APIToken) ([]stor
 			refused[c.tk.ID] = revokedInLog(c.tk)
 		}
 	}
-	return tokensNotRefused(list, refused), refused
+	// Only the live tokens checked: a revoked or expired row is never
+	// accepted, whatever the clock reads when it is used.
+	out := make([]store.APIToken, 0, len(live))
+	for _, c := range live {
+		if _, ok := refused[c.tk.ID]; !ok {
+			out = append(out, c.tk)
+		}
+	}
+	return out, refused
+}
+
+// noteTokenBacked records that API token id's fact was backed here: its
+// revocation is anchored on sight even if its row was edited since.
+func (a *Anchor) noteTokenBacked(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.tokenIDs[id] = true
+}
+
+// tokenBacked reports whether API token id's fact was backed here.
+func (a *Anchor) tokenBacked(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tokenIDs[id]
 }
 
 // revocationsPerCheck bounds how many revocations one CheckTokens
@@ -221,17 +265,6 @@ const revocationsPerCheck = 64
 // revokedInLog is why a token whose row says not revoked is refused.
 func revokedInLog(tk store.APIToken) error {
 	return fmt.Errorf("anchor: API token %s (%s) is revoked in the transparency log, key history says it is not (its revocation cleared in the database): %w", tk.ID, tk.Name, rotation.ErrHistoryNotBacked)
-}
-
-// tokensNotRefused is list without the tokens refused names.
-func tokensNotRefused(list []store.APIToken, refused map[string]error) []store.APIToken {
-	out := make([]store.APIToken, 0, len(list))
-	for _, tk := range list {
-		if _, ok := refused[tk.ID]; !ok {
-			out = append(out, tk)
-		}
-	}
-	return out
 }
 
 // anchorRevocations anchors the revocation markers of real tokens (their
