@@ -913,45 +913,65 @@ func (a *Anchor) approvalsAnchored(ctx context.Context, r store.AnchorStore) (bo
 // ApprovalsMarker, after which an approval without a backed fact is never
 // carried out. Later starts do nothing.
 func (a *Anchor) anchorApprovals(ctx context.Context) error {
+	_, err := a.anchorOnTrust(ctx, a.key.ApprovalsMarker, "approval requests", "ADR 0051",
+		func(tx store.Tx) ([]Event, []string, error) {
+			pending, err := tx.ListApprovals(ctx, "pending")
+			if err != nil {
+				return nil, nil, err
+			}
+			var evs []Event
+			var ids []string
+			for _, ap := range pending {
+				f, err := a.key.ApprovalFact(ap)
+				if err != nil {
+					return nil, nil, err
+				}
+				evs, ids = append(evs, f), append(ids, ap.ID)
+			}
+			return evs, ids, nil
+		})
+	return err
+}
+
+// anchorOnTrust starts anchoring a kind of row (what, as its ADR says):
+// unless the marker (ApprovalsMarker, TokensMarker) is backed — in
+// memory, anchor_events or a log — it stores, in one transaction, the
+// events collect makes of the rows stored now, taken as stored, on trust,
+// and the marker; logs the ids it took; and records them. It returns those
+// ids (none when the marker was backed, or without a recorder).
+func (a *Anchor) anchorOnTrust(ctx context.Context, marker func() (Event, error), what, adr string,
+	collect func(store.Tx) ([]Event, []string, error)) ([]string, error) {
 	if a.rec == nil {
-		return nil // check only
+		return nil, nil // check only
 	}
-	if ok, err := a.approvalsAnchored(ctx, a.as); err != nil || ok {
-		return err
+	m, err := marker()
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := a.factBacked(ctx, a.as, m); err != nil || ok {
+		return nil, err
 	}
 	var evs []Event
 	var ids []string
-	err := a.st.InTx(ctx, func(tx store.Tx) error {
-		evs, ids = evs[:0], ids[:0]
-		pending, err := tx.ListApprovals(ctx, "pending")
-		if err != nil {
-			return err
-		}
-		for _, ap := range pending {
-			f, err := a.key.ApprovalFact(ap)
-			if err != nil {
-				return err
-			}
-			evs, ids = append(evs, f), append(ids, ap.ID)
-		}
-		m, err := a.key.ApprovalsMarker()
-		if err != nil {
+	err = a.st.InTx(ctx, func(tx store.Tx) error {
+		var err error
+		if evs, ids, err = collect(tx); err != nil {
 			return err
 		}
 		evs = append(evs, m)
 		return tx.(store.AnchorWriter).InsertAnchorEvents(ctx, toStore(evs, store.Now()))
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(ids) > 0 {
-		a.log.Warn("key-history anchoring: approval requests are anchored from now on; those pending now are anchored as stored, on trust (ADR 0051)",
-			"pending", len(ids), "approvals", strings.Join(ids, ","))
+		a.log.Warn("key-history anchoring: "+what+" are anchored from now on; those stored now are anchored as stored, on trust ("+adr+")",
+			"rows", len(ids), "ids", strings.Join(ids, ","))
 	} else {
-		a.log.Info("key-history anchoring: approval requests are anchored from now on (ADR 0051)")
+		a.log.Info("key-history anchoring: " + what + " are anchored from now on (" + adr + ")")
 	}
 	a.committed(ctx, evs)
-	return nil
+	return ids, nil
 }
 
 // storedOrLogged reports whether event ev is in anchor_events (r) or a

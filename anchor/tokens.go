@@ -3,7 +3,6 @@ package anchor
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/keysvc/keysvc/rotation"
 	"github.com/keysvc/keysvc/store"
@@ -25,55 +24,34 @@ func (a *Anchor) tokensAnchored(ctx context.Context, r store.AnchorStore) (bool,
 // every revoked one, and the TokensMarker, after which a token without a
 // backed fact is never accepted. Later starts do nothing.
 func (a *Anchor) anchorTokens(ctx context.Context) error {
-	if a.rec == nil {
-		return nil // check only
-	}
-	if ok, err := a.tokensAnchored(ctx, a.as); err != nil || ok {
-		return err
-	}
-	var evs []Event
-	var ids []string
-	err := a.st.InTx(ctx, func(tx store.Tx) error {
-		evs, ids = evs[:0], ids[:0]
-		tokens, err := tx.ListTokens(ctx)
-		if err != nil {
-			return err
-		}
-		for _, tk := range tokens {
-			f, err := a.key.TokenFact(tk)
+	ids, err := a.anchorOnTrust(ctx, a.key.TokensMarker, "API tokens", "ADR 0053",
+		func(tx store.Tx) ([]Event, []string, error) {
+			tokens, err := tx.ListTokens(ctx)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
-			evs, ids = append(evs, f), append(ids, tk.ID)
-			if tk.RevokedAt != nil {
-				m, err := a.key.TokenRevokedMarker(tk.ID)
+			var evs []Event
+			var ids []string
+			for _, tk := range tokens {
+				f, err := a.key.TokenFact(tk)
 				if err != nil {
-					return err
+					return nil, nil, err
 				}
-				evs = append(evs, m)
+				evs, ids = append(evs, f), append(ids, tk.ID)
+				if tk.RevokedAt != nil {
+					m, err := a.key.TokenRevokedMarker(tk.ID)
+					if err != nil {
+						return nil, nil, err
+					}
+					evs = append(evs, m)
+				}
 			}
-		}
-		m, err := a.key.TokensMarker()
-		if err != nil {
-			return err
-		}
-		evs = append(evs, m)
-		return tx.(store.AnchorWriter).InsertAnchorEvents(ctx, toStore(evs, store.Now()))
-	})
-	if err != nil {
-		return err
-	}
+			return evs, ids, nil
+		})
 	for _, id := range ids {
 		a.noteTokenBacked(id)
 	}
-	if len(ids) > 0 {
-		a.log.Warn("key-history anchoring: API tokens are anchored from now on; the tokens stored now are anchored as stored, on trust (ADR 0053)",
-			"tokens", len(ids), "ids", strings.Join(ids, ","))
-	} else {
-		a.log.Info("key-history anchoring: API tokens are anchored from now on (ADR 0053)")
-	}
-	a.committed(ctx, evs)
-	return nil
+	return err
 }
 
 // CheckTokens implements api.TokenChecker (ADR 0053): of the tokens as
