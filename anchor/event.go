@@ -36,7 +36,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +44,7 @@ import (
 
 	"github.com/keysvc/keysvc/jwksserve"
 	"github.com/keysvc/keysvc/store"
+	"github.com/keysvc/keysvc/verifier"
 )
 
 // TypEvent is the JWS typ of a key-history event.
@@ -56,6 +56,9 @@ type EventKey struct {
 	priv ed25519.PrivateKey
 	kid  string // RFC 7638 thumbprint of the public JWK, base64url
 	sig  jose.Signer
+	// public is the event key as a JWK Set, to verify events read back
+	// (signed).
+	public *verifier.JWKS
 
 	// memo caches events by canonical payload: every reload recomputes
 	// the facts of every version, and the same payload always signs to
@@ -135,7 +138,17 @@ func NewEventKey(priv ed25519.PrivateKey) (*EventKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &EventKey{priv: priv, kid: kid, sig: s}, nil
+	k := &EventKey{priv: priv, kid: kid, sig: s}
+	pubJWK, err := k.PublicJWK()
+	if err != nil {
+		return nil, err
+	}
+	jwk, err := verifier.ParseJWK(pubJWK)
+	if err != nil {
+		return nil, err
+	}
+	k.public = &verifier.JWKS{Keys: []*verifier.JWK{jwk}}
+	return k, nil
 }
 
 // KID returns the event key's RFC 7638 thumbprint (base64url), the kid of
@@ -148,21 +161,14 @@ func (k *EventKey) PublicJWK() ([]byte, error) {
 }
 
 // signed reports whether ev is an event of this key: its Hash is the
-// SHA-256 of its JWS, a compact JWS whose signature verifies with the
-// event key (RFC 8037 §3.1, Ed25519 over "header.payload").
+// SHA-256 of its JWS, a compact JWS that verifies with the event key
+// (verifier.VerifyCompactJWS: RFC 7515 §5.2, Ed25519 per RFC 8037 §3.1).
 func (k *EventKey) signed(ev Event) bool {
 	if sha256.Sum256([]byte(ev.JWS)) != ev.Hash {
 		return false
 	}
-	dot := strings.LastIndexByte(ev.JWS, '.')
-	if dot < 0 || strings.Count(ev.JWS, ".") != 2 {
-		return false
-	}
-	sig, err := base64.RawURLEncoding.DecodeString(ev.JWS[dot+1:])
-	if err != nil {
-		return false
-	}
-	return ed25519.Verify(k.priv.Public().(ed25519.PublicKey), []byte(ev.JWS[:dot]), sig)
+	_, err := verifier.VerifyCompactJWS(ev.JWS, k.public)
+	return err == nil
 }
 
 // Event is one signed fact or marker.

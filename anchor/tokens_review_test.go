@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -122,6 +123,21 @@ func TestInsertedAnchorEventNotOwed(t *testing.T) {
 	junk := strings.Repeat("x", 1<<20)
 	h := sha256.Sum256([]byte("not the hash of the jws"))
 	execSQL(t, e.st, `INSERT INTO anchor_events (artifact_hash, kind, subject, jws, created_at) VALUES (?, 'marker.token_revoked', 'x', ?, 1)`, h[:], junk)
+	// And a well-formed marker under its own hash, signed by another
+	// event key (the writer's own).
+	other, err := GenerateKeyFile(filepath.Join(t.TempDir(), "other.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, _ := other.TokenRevokedMarker("0000000000aa")
+	execSQL(t, e.st, `INSERT INTO anchor_events (artifact_hash, kind, subject, jws, created_at) VALUES (?, ?, ?, ?, 1)`, forged.Hash[:], forged.Kind, forged.Subject, forged.JWS)
+	a.resubmitStored(ctx)
+	a.mu.Lock()
+	_, owed := a.owed[forged.Hash]
+	a.mu.Unlock()
+	if owed {
+		t.Fatal("a marker signed by another event key is owed (adopted from anchor_events)")
+	}
 	for range 40 { // 20 min of check-loop ticks (--anchor-check-interval 30s)
 		a.resubmitStored(ctx)
 		clock = clock.Add(30 * time.Second)
