@@ -85,3 +85,37 @@ func tokenIDOf(t *testing.T, st store.Store) string {
 	}
 	return list[0].ID
 }
+
+// TestServeNeedsAUsableToken: serve without --dev refuses to start on key
+// history with no usable API token (none, or only revoked ones), and says
+// how to make one; with tokens it cannot confirm yet (ADR 0053) it warns
+// and serves instead (TestTokensDuringLogOutage covers the checker).
+func TestServeNeedsAUsableToken(t *testing.T) {
+	dir := t.TempDir()
+	kek := writeKEK(t, dir)
+	if out, errOut, code := runCLI(t, nil, "migrate", "--data-dir", dir); code != 0 {
+		t.Fatalf("migrate: %s%s", out, errOut)
+	}
+	const want = "no usable API token: create one with `keysvc tokens create --name NAME --scope sign:* --scope admin:keys`"
+	serve := func(what string) {
+		t.Helper()
+		_, errOut, code := runCLI(t, nil, "serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--kek-file", kek)
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Fatalf("serve with %s: exit %d %s", what, code, errOut)
+		}
+	}
+	serve("no token")
+	if _, errOut, code := runCLI(t, nil, "tokens", "create", "--name", "node-1", "--scope", "sign:*", "--data-dir", dir); code != 0 {
+		t.Fatalf("tokens create: %s", errOut)
+	}
+	st, err := store.Open(context.Background(), store.Config{SQLitePath: filepath.Join(dir, "keysvc.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := tokenIDOf(t, st)
+	st.Close()
+	if _, errOut, code := runCLI(t, nil, "tokens", "revoke", id, "--data-dir", dir); code != 0 {
+		t.Fatalf("tokens revoke: %s", errOut)
+	}
+	serve("only a revoked token")
+}

@@ -402,10 +402,12 @@ func (o *serveOptions) run(ctx context.Context, stdout io.Writer) error {
 	if err := auth.Refresh(ctx); err != nil {
 		return err
 	}
-	if auth.Usable(time.Now()) == 0 && auth.Unconfirmed() > 0 {
-		log.Warn("no API token is accepted until a transparency log confirms the tokens stored (ADR 0053); serving, and checking again every --reload-interval", "unconfirmed", auth.Unconfirmed())
-	} else if auth.Usable(time.Now()) == 0 {
-		return errors.New("no usable API token: create one with `keysvc tokens create --name NAME --scope sign:* --scope admin:keys`, or run with --dev on a development machine")
+	if auth.Usable(time.Now()) == 0 {
+		if n := auth.Unconfirmed(); n > 0 {
+			log.Warn("no API token is accepted until a transparency log confirms the tokens stored (ADR 0053); serving, and checking again every --reload-interval", "unconfirmed", n)
+		} else {
+			return errors.New("no usable API token: create one with `keysvc tokens create --name NAME --scope sign:* --scope admin:keys`, or run with --dev on a development machine")
+		}
 	}
 	if o.dev && len(mgr.Keyring().Keys) == 0 {
 		if _, _, err := mgr.CreateKey(ctx, rotation.CreateKeyRequest{Name: devKeyName, Issuer: o.devIssuer}, rotation.Actor{Name: "keysvc --dev", Reason: "dev mode first run"}); err != nil {
